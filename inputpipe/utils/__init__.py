@@ -1,0 +1,1 @@
+"""Shared utilities: the wire format, logging, stoppable threads, process supervision."""

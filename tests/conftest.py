@@ -1,0 +1,61 @@
+"""Shared fixtures. Every test is checked for leaked threads and child processes."""
+import os
+import threading
+import time
+
+import psutil
+import pytest
+
+# Threads and processes that are not ours and live for the whole interpreter.
+_FOREIGN_THREAD_PREFIXES = ("TMonitor", "pydevd", "pytest_timeout", "ThreadPoolExecutor-")
+_FOREIGN_PROCESS_MARKERS = ("resource_tracker", "forkserver", "semaphore_tracker")
+LEAK_GRACE_SECONDS = 3.0
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _our_threads():
+    return {
+        t for t in threading.enumerate()
+        if t.is_alive() and t is not threading.main_thread()
+        and not t.name.startswith(_FOREIGN_THREAD_PREFIXES)
+    }
+
+
+def _our_children():
+    children = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmdline = " ".join(child.cmdline())
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+        if any(marker in cmdline for marker in _FOREIGN_PROCESS_MARKERS):
+            continue
+        children.add(child.pid)
+    return children
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads_or_processes(request):
+    """Fail a test that leaves a thread or child process behind (after a short grace period)."""
+    threads_before = _our_threads()
+    children_before = _our_children()
+    yield
+    if request.node.get_closest_marker("allow_leaks"):
+        return
+    deadline = time.monotonic() + LEAK_GRACE_SECONDS
+    while True:
+        new_threads = _our_threads() - threads_before
+        new_children = _our_children() - children_before
+        if not new_threads and not new_children:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    pytest.fail(
+        "test leaked threads {} and child processes {}".format(
+            sorted(t.name for t in new_threads), sorted(new_children)
+        )
+    )

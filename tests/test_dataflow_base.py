@@ -1,0 +1,157 @@
+"""Tests of the DataFlow base classes, the length protocol, the guard and seeding."""
+import threading
+
+import numpy as np
+import pytest
+
+from inputpipe.dataflow import (
+    DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, get_length,
+    seeding,
+)
+
+
+class NoLength(DataFlow):
+    def __iter__(self):
+        yield [1]
+        yield [2]
+
+
+class RaisesNotImplemented(DataFlow):
+    """A user flow written against tensorpack's contract: ``__len__`` raises NotImplementedError."""
+
+    def __len__(self):
+        raise NotImplementedError("infinite")
+
+    def __iter__(self):
+        yield [7]
+
+
+class Sized(DataFlow):
+    def __len__(self):
+        return 3
+
+    def __iter__(self):
+        for i in range(3):
+            yield [i]
+
+
+class RandomFlow(RNGDataFlow):
+    def __iter__(self):
+        for _ in range(5):
+            yield [int(self.rng.randint(1 << 30))]
+
+
+def test_list_works_on_flows_without_length():
+    assert list(NoLength()) == [[1], [2]]
+    assert list(RaisesNotImplemented()) == [[7]]
+
+
+def test_missing_length_is_both_notimplemented_and_typeerror():
+    for flow in (NoLength(), RaisesNotImplemented()):
+        with pytest.raises(NotImplementedError):
+            len(flow)
+        with pytest.raises(TypeError):
+            len(flow)
+        with pytest.raises(DataFlowLengthUnknown, match=type(flow).__name__):
+            len(flow)
+
+
+def test_get_length():
+    assert get_length(Sized()) == 3
+    assert get_length(NoLength()) is None
+    assert get_length(RaisesNotImplemented(), default=-1) == -1
+    assert ProxyDataFlow(Sized()).size() == 3
+
+
+def test_proxy_forwards_iteration_length_and_reset():
+    inner = RandomFlow()
+    proxy = ProxyDataFlow(inner)
+    proxy.reset_state()
+    assert inner.rng is not None
+    assert len(list(proxy)) == 5
+    assert get_length(proxy) is None
+
+
+def test_reentrant_guard_refuses_second_concurrent_iteration():
+    guard = DataFlowReentrantGuard("MyFlow")
+
+    class Guarded(DataFlow):
+        def __iter__(self):
+            with guard:
+                yield from range(3)
+
+    flow = Guarded()
+    first = iter(flow)
+    assert next(first) == 0
+    with pytest.raises(RuntimeError, match="MyFlow is not re-entrant"):
+        next(iter(flow))
+    first.close()
+    assert list(flow) == [0, 1, 2]
+
+
+def test_reentrant_guard_across_threads():
+    guard = DataFlowReentrantGuard("Shared")
+    entered, release = threading.Event(), threading.Event()
+    errors = []
+
+    def hold():
+        with guard:
+            entered.set()
+            release.wait(5)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    assert entered.wait(5)
+    try:
+        with guard:
+            pass
+    except RuntimeError as err:
+        errors.append(str(err))
+    release.set()
+    t.join(5)
+    assert len(errors) == 1 and "Shared is not re-entrant" in errors[0]
+
+
+def test_rng_differs_between_resets_by_default():
+    seeding.set_global_seed(None)
+    a, b = RandomFlow(), RandomFlow()
+    a.reset_state()
+    b.reset_state()
+    assert list(a) != list(b)
+
+
+def test_global_seed_makes_pipeline_reproducible():
+    def run():
+        seeding.set_global_seed(42)
+        flows = [RandomFlow(), RandomFlow()]
+        for f in flows:
+            f.reset_state()
+        return [list(f) for f in flows]
+
+    try:
+        first, second = run(), run()
+    finally:
+        seeding.set_global_seed(None)
+    assert first == second
+    assert first[0] != first[1]
+
+
+def test_worker_rank_changes_the_stream():
+    try:
+        seeding.enter_worker(0, 7)
+        rank0 = seeding.new_rng().randint(1 << 30, size=4)
+        seeding.enter_worker(1, 7)
+        rank1 = seeding.new_rng().randint(1 << 30, size=4)
+        seeding.enter_worker(0, 7)
+        again = seeding.new_rng().randint(1 << 30, size=4)
+    finally:
+        seeding.enter_worker(0, None)
+    assert not np.array_equal(rank0, rank1)
+    np.testing.assert_array_equal(rank0, again)
+
+
+def test_set_global_seed_rejects_bad_values():
+    with pytest.raises(ValueError, match="non-negative int"):
+        seeding.set_global_seed(-1)
+    with pytest.raises(ValueError, match="non-negative int"):
+        seeding.set_global_seed("3")
