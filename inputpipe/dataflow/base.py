@@ -7,6 +7,8 @@ import functools
 import threading
 from typing import Any, Iterator, Optional
 
+import numpy as np
+
 from .seeding import new_rng
 
 __all__ = [
@@ -120,6 +122,15 @@ class DataFlowReentrantGuard:
         self._lock.release()
         return False
 
+    # A DataFlow is pickled when it is sent to a spawned worker process; a lock cannot be, so a
+    # copy gets a fresh, unheld guard (the copy is not being iterated).
+    def __getstate__(self):
+        return {"_owner": self._owner}
+
+    def __setstate__(self, state):
+        self._owner = state["_owner"]
+        self._lock = threading.Lock()
+
 
 class DataFlow:
     """Base class of every DataFlow: an iterable of datapoints.
@@ -185,6 +196,15 @@ class RNGDataFlow(DataFlow):
 
     def reset_state(self) -> None:
         self.rng = new_rng(self)
+
+
+def require_rng(flow: RNGDataFlow) -> "np.random.RandomState":
+    """``flow.rng``, or a clear error when ``reset_state()`` was not called yet."""
+    if flow.rng is None:
+        raise RuntimeError(
+            "{} has no RNG yet: call reset_state() once before iterating it".format(type(flow).__name__)
+        )
+    return flow.rng
 
 
 class ProxyDataFlow(DataFlow):

@@ -1,1 +1,314 @@
-__all__ = []
+"""Run COPIES of a DataFlow in parallel: in worker processes or in threads.
+
+Each worker iterates its own copy of the DataFlow, over and over, and the runner yields whatever
+datapoints arrive first. With ``num_proc`` (or ``num_thread``) copies, an "epoch" of the runner
+is ``len(ds)`` datapoints drawn from ``num_proc`` independent copies: **the same distribution,
+not the same set** -- a datapoint may come twice and another not at all. For each source
+datapoint exactly once, use :mod:`inputpipe.dataflow.parallel_map` with ``strict=True``.
+
+Worker processes are supervised (:mod:`inputpipe.utils.workers`): an exception in a worker
+reaches the consumer with the worker's traceback, a killed worker is reported with its pid and
+signal, and no worker outlives its runner or the parent process. Large arrays reach the consumer
+through shared memory without a copy (:mod:`inputpipe.utils.channel`).
+
+Example::
+
+    df = MultiProcessRunnerZMQ(MyJpegFlow(), num_proc=4)
+    df.reset_state()
+    with df:
+        for image, label in df:
+            ...
+"""
+import collections
+import queue
+import traceback
+import weakref
+from typing import Any, Callable, Iterator, List, Optional
+
+from ..utils.concurrency import POLL_INTERVAL, StoppableThread
+from ..utils.errors import WorkerError
+from ..utils.workers import WorkerPool
+from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, get_length
+
+__all__ = [
+    "MultiProcessRunnerZMQ",
+    "MultiProcessRunner",
+    "MultiThreadRunner",
+    "PrefetchDataZMQ",
+    "PrefetchData",
+    "MultiThreadPrefetchData",
+]
+
+
+def _check_positive(component: str, name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError("{}: {} must be an int >= 1, got {!r}".format(component, name, value))
+    return value
+
+
+def _empty_epoch_error(ds: DataFlow) -> RuntimeError:
+    return RuntimeError("{} produced no datapoints in a whole pass; a parallel runner would loop "
+                        "forever on it".format(type(ds).__name__))
+
+
+def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[int]) -> None:
+    """Worker process of :class:`MultiProcessRunnerZMQ`: send ``ds`` forever, ``prefetch`` ahead."""
+    ds.reset_state()
+    unacknowledged = collections.deque()     # array bytes of each datapoint the parent has not taken
+    state = {"acked": 0, "bytes": 0}
+
+    def apply(command):
+        while state["acked"] < command:
+            state["bytes"] -= unacknowledged.popleft()
+            state["acked"] += 1
+
+    while True:
+        produced = 0
+        for dp in ds:
+            produced += 1
+            command = end.receive_command(0)
+            while command is not None:
+                apply(command)
+                command = end.receive_command(0)
+            while len(unacknowledged) >= prefetch or (max_bytes is not None and state["bytes"] >= max_bytes):
+                command = end.receive_command(POLL_INTERVAL)
+                if command is not None:
+                    apply(command)
+            nbytes = end.send_datapoint(dp)
+            unacknowledged.append(nbytes)
+            state["bytes"] += nbytes
+        if not produced:
+            raise _empty_epoch_error(ds)
+
+
+class MultiProcessRunnerZMQ(ProxyDataFlow):
+    """Run ``num_proc`` COPIES of ``ds`` in worker processes and yield their datapoints.
+
+    .. warning::
+       Every worker iterates its **own copy** of ``ds``. An epoch of this runner is ``len(ds)``
+       datapoints from ``num_proc`` independent copies: the same distribution, **not the same
+       set** (duplicates and omissions are expected unless each copy is randomised). For each
+       datapoint exactly once, use :class:`~inputpipe.dataflow.parallel_map.MultiProcessMapData`
+       with ``strict=True``.
+
+    Args:
+        ds: the DataFlow to copy. ``ds.reset_state()`` runs in each worker.
+        num_proc: number of worker processes.
+        hwm: at most this many datapoints are prefetched (split among the workers, at least one
+            each): a slow consumer makes the workers wait.
+        start_method: ``"fork"`` (default on Linux), ``"forkserver"`` or ``"spawn"``. The last two
+            pickle ``ds``; an unpicklable one raises a ``TypeError`` that says what to change.
+            Create the runner (call ``reset_state()``) before building a TF session when forking.
+        shm_bytes: shared memory per worker for zero-copy transfer of large arrays
+            (default 96 MiB; 0 sends everything through a pipe).
+        max_prefetch_bytes: optionally, also bound the prefetched array bytes (split among the
+            workers; a worker may exceed its share by one datapoint).
+
+    Datapoints go through :mod:`inputpipe.utils.serialize` (no pickle), so their components
+    must be numbers, strings, bytes, numpy arrays, lists, tuples or dicts. Arrays of a large
+    datapoint are views of shared memory that is recycled once they are garbage-collected.
+    The ``ZMQ`` in the name is kept from tensorpack; the transport is pipes plus shared memory.
+
+    A worker that raises or dies makes iteration raise
+    :class:`~inputpipe.utils.errors.WorkerError` (with the worker's traceback, or its pid and
+    signal). ``close()``, a ``with`` block, garbage collection or interpreter exit stop all workers.
+
+    Example::
+
+        df = MultiProcessRunnerZMQ(AugmentedImages(), num_proc=4, hwm=20)
+        df.reset_state()
+        with df:
+            for epoch in range(10):
+                for image, label in df:
+                    ...
+    """
+
+    def __init__(self, ds: DataFlow, num_proc: int = 1, hwm: int = 50, *, start_method: Optional[str] = None,
+                 shm_bytes: Optional[int] = None, max_prefetch_bytes: Optional[int] = None):
+        super().__init__(ds)
+        name = type(self).__name__
+        self.num_proc = _check_positive(name, "num_proc", num_proc)
+        self.hwm = _check_positive(name, "hwm", hwm)
+        per_worker = max(1, hwm // num_proc)
+        max_bytes = None
+        if max_prefetch_bytes is not None:
+            max_bytes = max(1, _check_positive(name, "max_prefetch_bytes", max_prefetch_bytes) // num_proc)
+        self._pool = WorkerPool(name, _run_copy, num_proc, (ds, per_worker, max_bytes), start_method, shm_bytes)
+        self._received = [0] * num_proc
+        self._ack_every = 1 if max_bytes is not None else max(1, per_worker // 4)
+        self._guard = DataFlowReentrantGuard(name)
+        self._closed = False
+
+    @property
+    def worker_pids(self) -> List[int]:
+        """Process ids of the workers (empty before ``reset_state()``)."""
+        return self._pool.pids
+
+    def reset_state(self) -> None:
+        """Start the worker processes (once; later calls do nothing)."""
+        if self._closed:
+            raise RuntimeError("{} is closed".format(type(self).__name__))
+        if not self._pool.started:
+            self._pool.start()
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._closed or not self._pool.started:
+            raise RuntimeError("{}: call reset_state() before iterating{}".format(
+                type(self).__name__, " (it is closed)" if self._closed else ""))
+        with self._guard:
+            size = get_length(self.ds)
+            count = 0
+            while size is None or count < size:
+                got = self._pool.receive(POLL_INTERVAL)
+                if got is None:
+                    continue
+                rank, dp = got
+                self._received[rank] += 1
+                if self._received[rank] % self._ack_every == 0:
+                    self._pool.send(rank, self._received[rank])
+                count += 1
+                yield dp
+
+    def close(self) -> None:
+        """Stop the workers (within about a second) and free their pipes and shared memory."""
+        self._closed = True
+        self._pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class MultiProcessRunner(MultiProcessRunnerZMQ):
+    """tensorpack's ``MultiProcessRunner(ds, num_prefetch, num_proc)``: the same runner as
+    :class:`MultiProcessRunnerZMQ` with ``hwm=num_prefetch``.
+
+    .. warning::
+       It runs ``num_proc`` COPIES of ``ds``: the same distribution, not the same set.
+
+    Example::
+
+        df = MultiProcessRunner(AugmentedImages(), num_prefetch=20, num_proc=4)
+    """
+
+    def __init__(self, ds: DataFlow, num_prefetch: int, num_proc: int, **kwargs):
+        super().__init__(ds, num_proc=num_proc, hwm=num_prefetch, **kwargs)
+
+
+class _CopyThread(StoppableThread):
+    """Iterates its copy of a DataFlow forever into a bounded queue; records its failure."""
+
+    def __init__(self, name: str, ds: DataFlow, out: "queue.Queue", failures: list):
+        super().__init__(name=name)
+        self.ds = ds
+        self._out = out
+        self._failures = failures
+
+    def run(self):
+        try:
+            while not self.stopped():
+                produced = 0
+                for dp in self.ds:
+                    produced += 1
+                    if not self.queue_put_stoppable(self._out, dp):
+                        return
+                if not produced:
+                    raise _empty_epoch_error(self.ds)
+        except BaseException as err:  # reported to the consumer, which raises it
+            self._failures.append((self.name, err, traceback.format_exc()))
+
+
+def _stop_threads(threads: List[StoppableThread]) -> None:
+    for thread in threads:
+        thread.stop()
+    for thread in threads:
+        if thread.is_alive():
+            thread.join(timeout=2.0)
+
+
+class MultiThreadRunner(DataFlow):
+    """Run ``num_thread`` COPIES of a DataFlow, made by ``get_df()``, in threads.
+
+    .. warning::
+       Each thread iterates its own copy: the same distribution, not the same set.
+
+    Useful when the work releases the GIL (file or network I/O, image decoding in C). An epoch is
+    ``len(get_df())`` datapoints; ``num_prefetch`` bounds the queue between threads and consumer.
+    An exception in a thread is raised in the consumer as
+    :class:`~inputpipe.utils.errors.WorkerError`, chained to the original exception.
+
+    Example::
+
+        df = MultiThreadRunner(lambda: ImagesFromUrls(urls), num_prefetch=100, num_thread=8)
+        df.reset_state()
+        with df:
+            for image, label in df:
+                ...
+    """
+
+    def __init__(self, get_df: Callable[[], DataFlow], num_prefetch: int, num_thread: int):
+        name = type(self).__name__
+        _check_positive(name, "num_thread", num_thread)
+        self.num_prefetch = _check_positive(name, "num_prefetch", num_prefetch)
+        self._dfs = [get_df() for _ in range(num_thread)]
+        self._queue = queue.Queue(maxsize=num_prefetch)
+        self._failures = []
+        self._threads = []
+        self._guard = DataFlowReentrantGuard(name)
+        self._finalizer = None
+
+    def __len__(self) -> int:
+        return len(self._dfs[0])
+
+    def reset_state(self) -> None:
+        """Reset each copy and start the threads (once; later calls do nothing)."""
+        if self._threads:
+            return
+        for df in self._dfs:
+            df.reset_state()
+        self._threads = [_CopyThread("{}-thread-{}".format(type(self).__name__, i), df, self._queue, self._failures)
+                         for i, df in enumerate(self._dfs)]
+        self._finalizer = weakref.finalize(self, _stop_threads, list(self._threads))
+        for thread in self._threads:
+            thread.start()
+
+    def _raise_failure(self) -> None:
+        name, err, text = self._failures[0]
+        raise WorkerError(type(self).__name__, name, remote_traceback=text,
+                          reason="raised {}: {}".format(type(err).__name__, err)) from err
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self._threads or self._finalizer is None or not self._finalizer.alive:
+            raise RuntimeError("{}: call reset_state() before iterating (and not after close())".format(
+                type(self).__name__))
+        with self._guard:
+            size = get_length(self._dfs[0])
+            count = 0
+            while size is None or count < size:
+                if self._failures:
+                    self._raise_failure()
+                try:
+                    dp = self._queue.get(timeout=POLL_INTERVAL)
+                except queue.Empty:
+                    continue
+                count += 1
+                yield dp
+
+    def close(self) -> None:
+        """Stop and join the threads (within about a second)."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+#: tensorpack's older names.
+PrefetchDataZMQ = MultiProcessRunnerZMQ
+PrefetchData = MultiProcessRunner
+MultiThreadPrefetchData = MultiThreadRunner

@@ -1,1 +1,380 @@
-__all__ = []
+"""One source, a parallel map: ``map_func`` runs in worker threads or processes.
+
+The consumer's thread iterates the source DataFlow and hands each datapoint, numbered, to the
+least busy worker; at most ``buffer_size`` datapoints are in flight (sent and not yet yielded),
+so memory stays bounded and a slow consumer makes the workers wait. Every worker has its own
+channel to the parent and every reply carries its number, so nothing is lost or duplicated:
+
+- ``strict=True``: each call of ``iter()`` yields exactly the datapoints that
+  ``MapData(ds, map_func)`` would, each once (those mapped to ``None`` are dropped), whatever
+  the number of workers; ``ordered=True`` also keeps the source order.
+- ``strict=False`` (tensorpack's default): the source is iterated continuously and work in flight
+  at the end of an epoch is yielded at the start of the next one; still each datapoint once.
+
+Example::
+
+    df = MultiProcessMapData(DataFromList(files), num_proc=4, map_func=decode_jpeg, strict=True)
+    df.reset_state()
+    with df:
+        for image, label in df:
+            ...
+"""
+import queue
+import traceback
+import weakref
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import numpy as np
+
+from ..utils.concurrency import POLL_INTERVAL, StoppableThread
+from ..utils.errors import WorkerError
+from ..utils.workers import WorkerPool
+from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, get_length
+from .parallel import _check_positive, _stop_threads
+
+__all__ = [
+    "MultiThreadMapData",
+    "MultiProcessMapData",
+    "MultiProcessMapDataZMQ",
+    "MultiProcessMapAndBatchData",
+    "ThreadedMapData",
+]
+
+
+class _ParallelMapBase(ProxyDataFlow):
+    """The scheduler shared by the thread and process maps.
+
+    Subclasses provide ``_start()``, ``_submit(rank, task)``, ``_receive(timeout)`` returning
+    ``(rank, [epoch, seq, result])`` or None, and ``close()``.
+    """
+
+    def __init__(self, ds: DataFlow, num_workers: int, buffer_size: int, strict: bool, ordered: bool):
+        super().__init__(ds)
+        name = type(self).__name__
+        self.num_workers = num_workers
+        self.buffer_size = _check_positive(name, "buffer_size", buffer_size)
+        self.strict = bool(strict)
+        self.ordered = bool(ordered)
+        self._guard = DataFlowReentrantGuard(name)
+        self._in_flight = [0] * num_workers      # tasks sent to each worker, not yet answered
+        self._epoch = 0
+        self._epoch_in_flight = 0                # tasks of the current epoch not yet answered
+        self._source: Optional[Iterator[Any]] = None
+        self._next_seq = 0
+        self._seq_at_restart = 0                 # continuous mode: seq when the source last restarted
+        self._next_yield = 0
+        self._pending: Dict[int, Any] = {}       # ordered mode: answers waiting for their turn
+        self._started = False
+        self._closed = False
+
+    def reset_state(self) -> None:
+        """Reset the source (in this process) and start the workers (once)."""
+        if self._closed:
+            raise RuntimeError("{} is closed".format(type(self).__name__))
+        self.ds.reset_state()
+        if not self._started:
+            self._start()
+            self._started = True
+
+    def _make_task(self, source: Iterator[Any]) -> Any:
+        """The next unit of work from ``source`` (raises StopIteration at its end)."""
+        return next(source)
+
+    def _fill(self, restart_source: bool) -> None:
+        """Send source datapoints to workers while fewer than ``buffer_size`` are in flight."""
+        while sum(self._in_flight) + len(self._pending) < self.buffer_size:
+            if self._source is None:
+                return
+            try:
+                task = self._make_task(self._source)
+            except StopIteration:
+                self._source = iter(self.ds) if restart_source else None
+                if restart_source and self._next_seq == self._seq_at_restart:
+                    raise RuntimeError("{}: the source {} produced no datapoints in a whole pass".format(
+                        type(self).__name__, type(self.ds).__name__)) from None
+                self._seq_at_restart = self._next_seq
+                continue
+            rank = int(np.argmin(self._in_flight))
+            self._submit(rank, [self._epoch, self._next_seq, task])
+            self._in_flight[rank] += 1
+            self._epoch_in_flight += 1
+            self._next_seq += 1
+
+    def _answers(self) -> Iterator[Any]:
+        """Wait for the next answer of this epoch; yields the results now due (maybe None)."""
+        got = self._receive(POLL_INTERVAL)
+        if got is None:
+            return
+        rank, (epoch, seq, result) = got
+        self._in_flight[rank] -= 1
+        if epoch != self._epoch:
+            return                                 # left over from an abandoned strict epoch
+        self._epoch_in_flight -= 1
+        if not self.ordered:
+            yield result
+            return
+        self._pending[seq] = result
+        while self._next_yield in self._pending:
+            self._next_yield += 1
+            yield self._pending.pop(self._next_yield - 1)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._closed or not self._started:
+            raise RuntimeError("{}: call reset_state() before iterating{}".format(
+                type(self).__name__, " (it is closed)" if self._closed else ""))
+        with self._guard:
+            yield from (self._iter_strict() if self.strict else self._iter_continuous())
+
+    def _iter_strict(self) -> Iterator[Any]:
+        self._epoch += 1
+        self._epoch_in_flight = 0
+        self._pending.clear()
+        self._next_yield = self._next_seq
+        self._source = iter(self.ds)
+        while True:
+            self._fill(restart_source=False)
+            if self._source is None and self._epoch_in_flight == 0 and not self._pending:
+                return
+            for result in self._answers():
+                if result is not None:
+                    yield result
+
+    def _iter_continuous(self) -> Iterator[Any]:
+        size = get_length(self)
+        if self._source is None:
+            self._source = iter(self.ds)
+            self._seq_at_restart = self._next_seq
+        answered = 0
+        while size is None or answered < size:
+            self._fill(restart_source=True)
+            for result in self._answers():
+                answered += 1
+                if result is not None:
+                    yield result
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _apply(map_func: Callable, batch_size: Optional[int], task: Any) -> Any:
+    if batch_size is None:
+        return map_func(task)
+    mapped = [m for m in (map_func(dp) for dp in task) if m is not None]
+    return _stack(mapped) if mapped else None
+
+
+def _stack(datapoints: List[Any]) -> Any:
+    """Stack a list of datapoints (lists/tuples or dicts) component-wise into one batch."""
+    first = datapoints[0]
+    if isinstance(first, dict):
+        return {key: _stack_component([dp[key] for dp in datapoints]) for key in first}
+    return [_stack_component([dp[i] for dp in datapoints]) for i in range(len(first))]
+
+
+def _stack_component(values: List[Any]) -> Any:
+    if isinstance(values[0], (np.ndarray, np.generic, int, float, bool)):
+        return np.stack([np.asarray(v) for v in values])
+    return values
+
+
+# ------------------------------------------------------------------------------------- threads
+
+class _MapThread(StoppableThread):
+    def __init__(self, name: str, rank: int, map_func: Callable, tasks: "queue.Queue", out: "queue.Queue"):
+        super().__init__(name=name)
+        self.rank = rank
+        self.map_func = map_func
+        self.tasks = tasks
+        self._out = out
+
+    def run(self):
+        while not self.stopped():
+            try:
+                epoch, seq, dp = self.tasks.get(timeout=POLL_INTERVAL)
+            except queue.Empty:
+                continue
+            try:
+                self._out.put((self.rank, [epoch, seq, self.map_func(dp)]))
+            except BaseException as err:  # reported to the consumer, which raises it
+                self._out.put((self.rank, (err, traceback.format_exc())))
+                return
+
+
+class MultiThreadMapData(_ParallelMapBase):
+    """Apply ``map_func`` to each datapoint of ``ds`` in ``num_thread`` threads.
+
+    Each source datapoint is mapped exactly once; with ``strict=True`` every epoch yields exactly
+    the datapoints of ``MapData(ds, map_func)`` (``None`` results dropped), in source order when
+    ``ordered=True``. Best for work that releases the GIL (I/O, decoding in C). An exception in
+    ``map_func`` is raised in the consumer as :class:`~inputpipe.utils.errors.WorkerError`
+    chained to the original.
+
+    Example::
+
+        df = MultiThreadMapData(DataFromList(paths), num_thread=8, map_func=read_file, strict=True)
+        df.reset_state()
+        with df:
+            contents = [dp for dp in df]
+    """
+
+    def __init__(self, ds: DataFlow, num_thread: int, map_func: Callable[[Any], Any], *,
+                 buffer_size: int = 200, strict: bool = False, ordered: bool = False):
+        super().__init__(ds, _check_positive(type(self).__name__, "num_thread", num_thread),
+                         buffer_size, strict, ordered)
+        self.map_func = map_func
+        self._results = queue.Queue()      # bounded by buffer_size tasks in flight
+        self._threads: List[_MapThread] = []
+        self._finalizer = None
+
+    def _start(self) -> None:
+        self._threads = [_MapThread("{}-thread-{}".format(type(self).__name__, i), i, self.map_func,
+                                    queue.Queue(), self._results) for i in range(self.num_workers)]
+        self._finalizer = weakref.finalize(self, _stop_threads, list(self._threads))
+        for thread in self._threads:
+            thread.start()
+
+    def _submit(self, rank: int, task: Any) -> None:
+        self._threads[rank].tasks.put(task)
+
+    def _receive(self, timeout: float):
+        try:
+            rank, answer = self._results.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(answer, tuple):
+            err, text = answer
+            raise WorkerError(type(self).__name__, self._threads[rank].name, remote_traceback=text,
+                              reason="raised {}: {}".format(type(err).__name__, err)) from err
+        return rank, answer
+
+    def close(self) -> None:
+        """Stop and join the threads."""
+        self._closed = True
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+#: tensorpack's older name.
+ThreadedMapData = MultiThreadMapData
+
+
+# ----------------------------------------------------------------------------------- processes
+
+def _serve_map(rank: int, end, map_func: Callable, batch_size: Optional[int]) -> None:
+    """Worker process of :class:`MultiProcessMapData`: answer ``[epoch, seq, task]`` commands."""
+    while True:
+        command = end.receive_command(POLL_INTERVAL)
+        if command is not None:
+            epoch, seq, task = command
+            end.send_datapoint([epoch, seq, _apply(map_func, batch_size, task)])
+
+
+class MultiProcessMapData(_ParallelMapBase):
+    """Apply ``map_func`` to each datapoint of ``ds`` in ``num_proc`` worker processes.
+
+    The source ``ds`` is iterated in the consumer's process (call ``reset_state()`` there); only
+    ``map_func`` runs in the workers. Each source datapoint is mapped exactly once; with
+    ``strict=True`` every epoch yields exactly the datapoints of ``MapData(ds, map_func)`` (``None``
+    results dropped), for any ``num_proc``, in source order when ``ordered=True``.
+
+    Datapoints and results cross the process boundary in :mod:`inputpipe.utils.serialize`'s
+    wire format (no pickle): numbers, strings, bytes, numpy arrays, lists, tuples and dicts.
+    Large result arrays arrive through shared memory without a copy.
+
+    Args:
+        ds: the source DataFlow.
+        num_proc: number of worker processes.
+        map_func: a function of one datapoint; returns the new datapoint or ``None`` to drop it.
+            Module-level (picklable) for ``start_method="spawn"``/``"forkserver"``.
+        buffer_size: at most this many datapoints in flight (sent and not yet yielded).
+        strict: exactly the datapoints of one source epoch per epoch (see the module doc).
+        ordered: yield in source order (a slow datapoint holds back the ones after it).
+        start_method: ``"fork"`` (default on Linux), ``"forkserver"`` or ``"spawn"``.
+        shm_bytes: shared memory per worker for zero-copy results (default 96 MiB).
+
+    A ``map_func`` that raises, or a worker that dies, makes iteration raise
+    :class:`~inputpipe.utils.errors.WorkerError` with the worker's traceback, or its pid and signal.
+
+    Example::
+
+        df = MultiProcessMapData(DataFromList(files), 4, decode_jpeg, strict=True, ordered=True)
+        df.reset_state()
+        with df:
+            for image, label in df:
+                ...
+    """
+
+    _batch_size: Optional[int] = None
+
+    def __init__(self, ds: DataFlow, num_proc: int, map_func: Callable[[Any], Any], *, buffer_size: int = 200,
+                 strict: bool = False, ordered: bool = False, start_method: Optional[str] = None,
+                 shm_bytes: Optional[int] = None):
+        super().__init__(ds, _check_positive(type(self).__name__, "num_proc", num_proc), buffer_size, strict, ordered)
+        self.map_func = map_func
+        self._pool = WorkerPool(type(self).__name__, _serve_map, num_proc, (map_func, self._batch_size),
+                                start_method, shm_bytes)
+
+    @property
+    def worker_pids(self) -> List[int]:
+        """Process ids of the workers (empty before ``reset_state()``)."""
+        return self._pool.pids
+
+    def _start(self) -> None:
+        self._pool.start()
+
+    def _submit(self, rank: int, task: Any) -> None:
+        self._pool.send(rank, task)
+
+    def _receive(self, timeout: float):
+        return self._pool.receive(timeout)
+
+    def close(self) -> None:
+        """Stop the workers (within about a second) and free their pipes and shared memory."""
+        self._closed = True
+        self._pool.close()
+
+
+#: tensorpack's name: the same class.
+MultiProcessMapDataZMQ = MultiProcessMapData
+
+
+class MultiProcessMapAndBatchData(MultiProcessMapData):
+    """Map each datapoint with ``map_func`` and stack ``batch_size`` of them, in worker processes.
+
+    Each task is ``batch_size`` consecutive source datapoints (an incomplete last group of an
+    epoch is dropped, like ``BatchData(..., remainder=False)``); the worker maps them, drops
+    ``None`` results and stacks the rest component-wise (numbers and arrays with ``np.stack``,
+    anything else into a list), so only whole batches cross the process boundary.
+
+    Args:
+        buffer_size: datapoints in flight; default ``3 * batch_size * num_proc``.
+
+    Example::
+
+        df = MultiProcessMapAndBatchData(DataFromList(files), 4, decode_jpeg, batch_size=64)
+        df.reset_state()
+        for images, labels in df:
+            ...
+    """
+
+    def __init__(self, ds: DataFlow, num_proc: int, map_func: Callable[[Any], Any], batch_size: int,
+                 buffer_size: Optional[int] = None, **kwargs):
+        self._batch_size = _check_positive(type(self).__name__, "batch_size", batch_size)
+        if buffer_size is None:
+            buffer_size = 3 * batch_size * num_proc
+        batches_in_flight = max(1, buffer_size // batch_size)
+        super().__init__(ds, num_proc, map_func, buffer_size=batches_in_flight, **kwargs)
+
+    def __len__(self) -> int:
+        return len(self.ds) // self._batch_size
+
+    def _make_task(self, source: Iterator[Any]) -> Any:
+        batch = []
+        for dp in source:
+            batch.append(dp)
+            if len(batch) == self._batch_size:
+                return batch
+        raise StopIteration

@@ -1,1 +1,197 @@
-__all__ = []
+"""Producers in other processes or on other hosts: push a DataFlow over ZeroMQ, receive it as one.
+
+``send_dataflow_zmq`` pushes datapoints from anywhere; :class:`RemoteDataZMQ` receives them as a
+DataFlow. Messages are :mod:`inputpipe.utils.serialize` frames sent and received without copying
+(``copy=False``); they are data, never code (nothing is unpickled), and a message that is
+malformed, truncated or larger than ``max_bytes`` is dropped with a logged warning while good
+messages keep flowing. Addresses without a host (``8877``, ``"tcp://:8877"``) mean 127.0.0.1;
+listening on other interfaces must be asked for explicitly (e.g. ``"tcp://0.0.0.0:8877"``).
+
+Example::
+
+    # on the data host:   send_dataflow_zmq(BatchData(images, 64), "tcp://trainer:8877")
+    # on the trainer:
+    df = RemoteDataZMQ("tcp://0.0.0.0:8877")
+    df.reset_state()
+    for images, labels in df:
+        ...
+"""
+import os
+import threading
+import weakref
+from typing import Any, Iterator, List, Optional, Union
+
+import zmq
+
+from ..utils import serialize
+from ..utils.concurrency import POLL_INTERVAL
+from ..utils.logger import get_logger
+from .base import DataFlow, DataFlowReentrantGuard
+
+__all__ = ["send_dataflow_zmq", "RemoteDataZMQ"]
+
+logger = get_logger(__name__)
+
+#: Seconds ``send_dataflow_zmq`` keeps trying to deliver queued datapoints after its last epoch.
+SEND_LINGER_SECONDS = 10.0
+
+
+def normalize_address(addr: Union[str, int]) -> str:
+    """A ZeroMQ endpoint for ``addr``: a bare port or a host-less ``tcp://:port`` means 127.0.0.1.
+
+    Example::
+
+        normalize_address(8877)            # "tcp://127.0.0.1:8877"
+        normalize_address("ipc:///tmp/s")  # unchanged
+    """
+    if isinstance(addr, int) and not isinstance(addr, bool):
+        return "tcp://127.0.0.1:{}".format(addr)
+    if not isinstance(addr, str) or "://" not in addr and not addr.startswith(":"):
+        raise ValueError("expected a ZeroMQ address like 'tcp://127.0.0.1:8877', 'ipc:///tmp/sock' or "
+                         "a port number, got {!r}".format(addr))
+    if addr.startswith(":"):
+        addr = "tcp://" + addr
+    if addr.startswith("tcp://:"):
+        addr = "tcp://127.0.0.1" + addr[len("tcp://"):]
+    return addr
+
+
+def send_dataflow_zmq(df: DataFlow, addr: Union[str, int], hwm: int = 50, bind: bool = False, *,
+                      num_epochs: Optional[int] = None) -> None:
+    """Push every datapoint of ``df`` to ``addr`` (a ZeroMQ PUSH socket); forever by default.
+
+    Calls ``df.reset_state()``. Connects to ``addr`` (where a :class:`RemoteDataZMQ` listens)
+    unless ``bind=True``. At most ``hwm`` datapoints wait in the send queue; when the receiver is
+    slower, this waits. With ``num_epochs``, returns after that many passes, once the queued
+    datapoints are delivered (giving up after ``SEND_LINGER_SECONDS``).
+
+    Example::
+
+        send_dataflow_zmq(BatchData(MyImages(), 64), "tcp://trainer-host:8877")
+    """
+    endpoint = normalize_address(addr)
+    df.reset_state()
+    context = zmq.Context()
+    socket = context.socket(zmq.PUSH)
+    try:
+        socket.set_hwm(hwm)
+        socket.bind(endpoint) if bind else socket.connect(endpoint)
+        epoch = 0
+        while num_epochs is None or epoch < num_epochs:
+            for dp in df:
+                socket.send_multipart(serialize.dumps_frames(dp), copy=False)
+            epoch += 1
+    finally:
+        socket.close(linger=int(SEND_LINGER_SECONDS * 1000))
+        context.term()
+
+
+def _close_socket(socket: zmq.Socket, context: zmq.Context, ipc_paths: List[str]) -> None:
+    socket.close(linger=0)
+    context.term()
+    for path in ipc_paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+class RemoteDataZMQ(DataFlow):
+    """Receive datapoints pushed by :func:`send_dataflow_zmq` (or any sender of
+    :func:`inputpipe.utils.serialize.dumps_frames` messages) as an endless DataFlow.
+
+    Listens (``bind=True``) on ``addr1`` and, if given, ``addr2``; a bare port or ``tcp://:port``
+    means 127.0.0.1. Arrays are built on the received ZeroMQ frames without a copy. Messages larger than ``max_bytes`` (a frame above it makes ZeroMQ drop
+    the connection, which the sender re-opens), malformed or truncated are dropped with a warning.
+
+    :meth:`receive` waits for one datapoint with a timeout, for callers that must stay responsive
+    (e.g. a TF InputSource thread). ``close()`` (also on garbage collection) closes the socket
+    and removes an ipc:// socket file.
+
+    Example::
+
+        df = RemoteDataZMQ("tcp://0.0.0.0:8877", hwm=20)
+        df.reset_state()
+        with df:
+            for dp in df:
+                ...
+    """
+
+    def __init__(self, addr1: Union[str, int], addr2: Union[str, int, None] = None, hwm: int = 50,
+                 bind: bool = True, *, max_bytes: int = serialize.DEFAULT_MAX_MESSAGE_BYTES):
+        self.addresses = [normalize_address(a) for a in (addr1, addr2) if a is not None]
+        self.hwm = hwm
+        self.bind = bind
+        self.max_bytes = max_bytes
+        self.rejected = 0
+        self._socket = None
+        self._endpoints: List[str] = []
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._finalizer = None
+        self._guard = DataFlowReentrantGuard(type(self).__name__)
+
+    @property
+    def endpoints(self) -> List[str]:
+        """The addresses actually listened on (e.g. the port chosen for ``tcp://127.0.0.1:*``)."""
+        return list(self._endpoints)
+
+    def reset_state(self) -> None:
+        """Open the socket (once) and bind or connect it."""
+        if self._socket is not None:
+            return
+        if self._closed.is_set():
+            raise RuntimeError("{} is closed".format(type(self).__name__))
+        context = zmq.Context()
+        socket = context.socket(zmq.PULL)
+        socket.set_hwm(self.hwm)
+        socket.setsockopt(zmq.MAXMSGSIZE, self.max_bytes)
+        ipc_paths = []
+        self._finalizer = weakref.finalize(self, _close_socket, socket, context, ipc_paths)
+        for endpoint in self.addresses:
+            if self.bind:
+                socket.bind(endpoint)
+                endpoint = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+                if endpoint.startswith("ipc://"):
+                    ipc_paths.append(endpoint[len("ipc://"):])
+            else:
+                socket.connect(endpoint)
+            self._endpoints.append(endpoint)
+        self._socket = socket
+        logger.info("%s %s %s", type(self).__name__, "listening on" if self.bind else "connected to",
+                    ", ".join(self._endpoints))
+
+    def receive(self, timeout: float) -> Optional[Any]:
+        """One datapoint, or None if none came within ``timeout`` seconds (or it is closed)."""
+        if self._socket is None:
+            raise RuntimeError("{}: call reset_state() before receiving".format(type(self).__name__))
+        with self._lock:
+            if self._closed.is_set() or not self._socket.poll(int(timeout * 1000)):
+                return None
+            frames = self._socket.recv_multipart(copy=False)
+        try:
+            return serialize.loads_frames(frames, max_bytes=self.max_bytes)
+        except serialize.WireFormatError as err:
+            self.rejected += 1
+            logger.warning("%s dropped a bad message (%d so far): %s", type(self).__name__, self.rejected, err)
+            return None
+
+    def __iter__(self) -> Iterator[Any]:
+        with self._guard:
+            while not self._closed.is_set():
+                dp = self.receive(POLL_INTERVAL)
+                if dp is not None:
+                    yield dp
+
+    def close(self) -> None:
+        """Close the socket (safe from another thread) and remove ipc:// socket files."""
+        self._closed.set()
+        if self._finalizer is not None:
+            with self._lock:
+                self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

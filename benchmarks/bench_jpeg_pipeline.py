@@ -1,0 +1,136 @@
+"""JPEG pipeline throughput: the example's data pipeline alone, inputpipe vs PyTorch's DataLoader.
+
+Both sides do the same work per image, with the same code (``examples/image_pipeline.py``):
+read the file, decode the JPEG with Pillow, random crop, random flip, normalise to float32;
+then batch. inputpipe runs ``DataFromList -> MultiProcessMapData -> BatchData`` measured with
+``TestDataSpeed``; PyTorch runs a map-style ``Dataset`` in a ``DataLoader`` with the same number
+of worker processes (no torchvision: decoding is Pillow in ``__getitem__``). Two image sizes:
+the example's default (40 px files, 32 px crops) and a larger one (140 px files, 112 px crops).
+
+    pip install -e ".[bench]" && python benchmarks/bench_jpeg_pipeline.py
+
+Prints a table with ratios and writes ``benchmarks/results/jpeg_pipeline.json``.
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path[:0] = [os.path.join(REPO, "examples"), REPO]
+
+import numpy as np  # noqa: E402
+from tabulate import tabulate  # noqa: E402
+
+import synthetic_images  # noqa: E402
+from image_pipeline import DecodeAndAugment, build_image_dataflow, close_dataflow, list_image_folder  # noqa: E402
+
+BATCH_SIZE = 64
+SETTINGS = [  # (label, stored image size, crop size, images per class)
+    ("40px JPEG -> 32px crop", 40, 32, 300),
+    ("140px JPEG -> 112px crop", 140, 112, 100),
+]
+
+
+def measure_inputpipe(items, crop: int, num_proc: int, batches: int, warmup: int) -> float:
+    """Images/s of the inputpipe pipeline, timed by TestDataSpeed after ``warmup`` batches."""
+    from inputpipe.dataflow import TestDataSpeed
+
+    df = build_image_dataflow(items, crop_size=crop, batch_size=BATCH_SIZE, num_proc=num_proc)
+    try:
+        speed = TestDataSpeed(df, size=batches, warmup=warmup)
+        t0 = time.perf_counter()
+        speed.start()
+        elapsed = time.perf_counter() - t0
+    finally:
+        close_dataflow(df)
+    return batches * BATCH_SIZE / elapsed
+
+
+class JpegDataset:
+    """A map-style torch Dataset doing the same decode + augment as the inputpipe side."""
+
+    def __init__(self, items, crop: int):
+        self.items = items
+        self.augment = DecodeAndAugment(crop, on_corrupt="fail")
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, index):
+        image, label = self.augment(self.items[index])
+        return image, int(label)
+
+
+def measure_torch(items, crop: int, num_workers: int, batches: int, warmup: int) -> float:
+    import torch
+    from torch.utils.data import DataLoader
+
+    torch.set_num_threads(1)
+    loader = DataLoader(JpegDataset(items, crop), batch_size=BATCH_SIZE, shuffle=True, drop_last=True,
+                        num_workers=num_workers, persistent_workers=True, prefetch_factor=4)
+    seen, t0 = 0, None
+    iterator = iter(loader)
+    try:
+        while seen < warmup + batches:
+            try:
+                next(iterator)
+            except StopIteration:
+                iterator = iter(loader)
+                continue
+            seen += 1
+            if seen == warmup:
+                t0 = time.perf_counter()
+        elapsed = time.perf_counter() - t0
+    finally:
+        del iterator
+        loader._iterator = None
+    return batches * BATCH_SIZE / elapsed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, default=150, help="timed batches per measurement")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--procs", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args()
+
+    cache = os.path.join(tempfile.gettempdir(), "inputpipe-bench-jpeg")
+    rows, records = [], []
+    for label, stored, crop, per_class in SETTINGS:
+        root = synthetic_images.ensure_dataset(
+            os.path.join(cache, "{}px-{}".format(stored, per_class)), num_classes=10,
+            images_per_class=per_class, image_size=stored)
+        items = list_image_folder(root).items()
+        for procs in args.procs:
+            ours = measure_inputpipe(items, crop, procs, args.batches, args.warmup)
+            theirs = measure_torch(items, crop, procs, args.batches, args.warmup)
+            rows.append([label, procs, "{:,.0f}".format(ours), "{:,.0f}".format(theirs), "{:.2f}x".format(ours / theirs)])
+            records.append({"setting": label, "stored_px": stored, "crop_px": crop, "workers": procs,
+                            "inputpipe_images_per_s": ours, "torch_dataloader_images_per_s": theirs,
+                            "ratio": ours / theirs})
+            print(tabulate([rows[-1]], tablefmt="plain"), flush=True)
+        base = [r for r in records if r["setting"] == label and r["workers"] == args.procs[0]][0]
+        for r in records:
+            if r["setting"] == label:
+                r["inputpipe_scaling_vs_{}_worker".format(args.procs[0])] = r["inputpipe_images_per_s"] / base["inputpipe_images_per_s"]
+
+    headers = ["pipeline (batch {})".format(BATCH_SIZE), "worker processes", "inputpipe images/s",
+               "PyTorch DataLoader images/s", "inputpipe / DataLoader"]
+    table = tabulate(rows, headers=headers, tablefmt="github")
+    print()
+    print(table)
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    out = os.path.join(HERE, "results", "jpeg_pipeline.json")
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump({"benchmark": "jpeg_pipeline", "batch_size": BATCH_SIZE, "batches": args.batches,
+                   "cpu_count": os.cpu_count(), "python": platform.python_version(), "results": records}, f, indent=1)
+    print("\nwrote", os.path.relpath(out, REPO))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""The example's JPEG data pipeline, read the way real users read ImageNet.
+
+    file list  ->  decode + random crop + flip + normalise (worker processes)  ->  batches
+
+* :func:`list_image_folder` reads an ImageNet-style folder ``<root>/<class>/*.jpg`` and turns
+  every problem (missing path, not a folder, no class folders, no images) into one
+  :class:`DatasetError` with a clear message.
+* :class:`DecodeAndAugment` is the map function the workers run: decode with Pillow, resize the
+  shorter side when needed, random crop, random horizontal flip, normalise to float32. A file
+  that cannot be decoded raises :class:`CorruptImageError` naming the file, or, with
+  ``on_corrupt="skip"``, becomes a marker that :class:`DropCorrupt` (in the consuming process)
+  counts, logs and drops.
+* :func:`build_image_dataflow` puts them together with inputpipe's DataFlows.
+
+This module does not import TensorFlow, so it also runs inside producer processes and in the
+JPEG-pipeline benchmark.
+
+Example::
+
+    from image_pipeline import list_image_folder, build_image_dataflow
+    images = list_image_folder("/data/imagenet/train")
+    df = build_image_dataflow(images.items(), crop_size=224, batch_size=64, num_proc=2)
+    df.reset_state()
+    for batch_images, batch_labels in df:
+        ...
+"""
+import io
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+try:
+    from PIL import Image, UnidentifiedImageError
+except ImportError as err:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "the example's image pipeline needs Pillow: pip install -e \".[image]\" (or pip install pillow)"
+    ) from err
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+#: Per-channel mean and standard deviation used to normalise pixels (ImageNet statistics, 0..255).
+PIXEL_MEAN = np.array([123.68, 116.78, 103.94], dtype=np.float32)
+PIXEL_STD = np.array([58.40, 57.12, 57.38], dtype=np.float32)
+#: The label a corrupt image's marker datapoint carries (``on_corrupt="skip"``).
+CORRUPT_LABEL = -1
+
+log = logging.getLogger("train_resnet")
+
+
+class DatasetError(Exception):
+    """The dataset cannot be used (bad path, no classes, no images); the message says why."""
+
+
+class CorruptImageError(DatasetError):
+    """An image file could not be decoded; the message names the file."""
+
+
+@dataclass
+class ImageList:
+    """The files of an image-classification dataset and their integer labels."""
+
+    root: str
+    files: List[str]
+    labels: List[int]
+    class_names: List[str] = field(default_factory=list)
+
+    def items(self) -> List[list]:
+        """Datapoints ``[path, label]`` for ``DataFromList``."""
+        return [[f, int(lab)] for f, lab in zip(self.files, self.labels)]
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+
+def list_image_folder(root: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> ImageList:
+    """Read ``<root>/<class>/<image>`` into an :class:`ImageList` (classes sorted by name)."""
+    if not os.path.exists(root):
+        raise DatasetError("dataset folder {} does not exist".format(root))
+    if not os.path.isdir(root):
+        raise DatasetError("dataset path {} is not a folder (expected <root>/<class>/*.jpg)".format(root))
+    class_names = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)) and not d.startswith("."))
+    if not class_names:
+        raise DatasetError("dataset folder {} has no class folders (expected <root>/<class>/*.jpg)".format(root))
+    files, labels = [], []
+    for label, name in enumerate(class_names):
+        class_dir = os.path.join(root, name)
+        for fname in sorted(os.listdir(class_dir)):
+            if fname.lower().endswith(tuple(extensions)):
+                files.append(os.path.join(class_dir, fname))
+                labels.append(label)
+    if not files:
+        raise DatasetError("dataset folder {} has {} class folder(s) but no image files ({})".format(
+            root, len(class_names), ", ".join(extensions)))
+    if len(class_names) < 2:
+        raise DatasetError("dataset folder {} has only one class folder ({}); a classifier needs at least 2".format(
+            root, class_names[0]))
+    return ImageList(os.path.abspath(root), files, labels, class_names)
+
+
+def _decode(source, name: str, draft_size: int) -> Image.Image:
+    """Open a path or encoded bytes (``np.uint8`` array / ``bytes``) as an RGB image."""
+    try:
+        if isinstance(source, str):
+            with open(source, "rb") as f:
+                data = f.read()
+        else:
+            data = bytes(memoryview(np.ascontiguousarray(source)))
+        image = Image.open(io.BytesIO(data))
+        image.draft("RGB", (draft_size, draft_size))  # JPEG: decode at a reduced scale when large
+        return image.convert("RGB")
+    except FileNotFoundError:
+        raise DatasetError("image file {} disappeared while training".format(name)) from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        raise CorruptImageError("corrupt image file {}: {}".format(name, err)) from None
+
+
+class DecodeAndAugment:
+    """Map function ``[source, label(, name)] -> [image float32 HxWx3, label int32]``.
+
+    ``source`` is a file path or the encoded bytes as a ``np.uint8`` array (LMDB records carry a
+    third component, the original path, used in messages). Training augmentation: resize the
+    shorter side to ``round(crop_size * 1.25)`` if it differs, random ``crop_size`` crop,
+    random horizontal flip, then ``(pixel - mean) / std``. Randomness comes from a per-process
+    RNG, so worker processes never repeat each other's crops.
+
+    Example::
+
+        augment = DecodeAndAugment(crop_size=32, on_corrupt="skip")
+        image, label = augment(["cat/001.jpg", 3])
+    """
+
+    def __init__(self, crop_size: int, on_corrupt: str = "skip", training: bool = True):
+        if on_corrupt not in ("skip", "fail"):
+            raise ValueError("on_corrupt must be 'skip' or 'fail', got {!r}".format(on_corrupt))
+        self.crop_size = int(crop_size)
+        self.resize_to = int(round(self.crop_size * 1.25))
+        self.on_corrupt = on_corrupt
+        self.training = training
+        self._rng: Optional[np.random.RandomState] = None
+        self._pid: Optional[int] = None
+
+    def _random(self) -> np.random.RandomState:
+        if self._pid != os.getpid():  # first call in this (worker) process
+            self._rng = np.random.RandomState(np.random.SeedSequence().generate_state(2))
+            self._pid = os.getpid()
+        return self._rng
+
+    def __call__(self, dp):
+        source, label = dp[0], dp[1]
+        name = dp[2] if len(dp) > 2 else (source if isinstance(source, str) else "encoded image")
+        try:
+            image = _decode(source, name, self.resize_to)
+        except CorruptImageError:
+            if self.on_corrupt == "fail":
+                raise
+            return [np.frombuffer(str(name).encode("utf-8"), dtype=np.uint8).copy(), np.int32(CORRUPT_LABEL)]
+        return [self._augment(image), np.int32(label)]
+
+    def _augment(self, image: Image.Image) -> np.ndarray:
+        width, height = image.size
+        if min(width, height) != self.resize_to:
+            scale = self.resize_to / min(width, height)
+            image = image.resize((max(self.resize_to, round(width * scale)), max(self.resize_to, round(height * scale))),
+                                 Image.BILINEAR)
+            width, height = image.size
+        rng = self._random()
+        c = self.crop_size
+        if self.training:
+            left, top = rng.randint(0, width - c + 1), rng.randint(0, height - c + 1)
+        else:
+            left, top = (width - c) // 2, (height - c) // 2
+        pixels = np.asarray(image.crop((left, top, left + c, top + c)), dtype=np.float32)
+        if self.training and rng.rand() < 0.5:
+            pixels = pixels[:, ::-1]
+        return (pixels - PIXEL_MEAN) / PIXEL_STD
+
+
+class DropCorrupt:
+    """Map function in the consuming process: drops the markers of corrupt images (returns None),
+    logs a warning naming the file and counts them in ``self.skipped``.
+
+    Example::
+
+        drop = DropCorrupt()
+        df = MapData(df, drop)       # ... later: drop.skipped
+    """
+
+    def __init__(self):
+        self.skipped = 0
+
+    def __call__(self, dp):
+        if int(dp[1]) != CORRUPT_LABEL:
+            return dp
+        self.skipped += 1
+        name = np.asarray(dp[0], dtype=np.uint8).tobytes().decode("utf-8", "replace")
+        log.warning("skipped corrupt image %s (%d so far; pass --on-corrupt fail to stop instead)", name, self.skipped)
+        return None
+
+
+def build_image_dataflow(items, crop_size: int, batch_size: int, num_proc: int = 1, on_corrupt: str = "skip",
+                         shuffle: bool = True, drop: Optional[DropCorrupt] = None, source=None):
+    """``DataFromList(items)`` (or ``source``) -> ``MultiProcessMapData(DecodeAndAugment)`` ->
+    ``MapData(DropCorrupt)`` -> ``BatchData``; an infinite-epoch DataFlow of
+    ``[images float32 [B, crop, crop, 3], labels int32 [B]]``.
+
+    ``num_proc=0`` decodes in the consuming process (``MapData``), as the zmq producers do.
+    """
+    from inputpipe.dataflow import BatchData, DataFromList, MapData, MultiProcessMapData
+
+    df = source if source is not None else DataFromList(items, shuffle=shuffle)
+    augment = DecodeAndAugment(crop_size, on_corrupt=on_corrupt)
+    if num_proc > 0:
+        df = MultiProcessMapData(df, num_proc, augment, buffer_size=max(2 * batch_size, 64))
+    else:
+        df = MapData(df, augment)
+    df = MapData(df, drop if drop is not None else DropCorrupt())
+    return BatchData(df, batch_size, remainder=False)
+
+
+def close_dataflow(df) -> None:
+    """Close every DataFlow in a wrapper chain (``df``, ``df.ds``, ...) that has ``close()``:
+    stops worker processes now instead of at garbage collection."""
+    while df is not None:
+        close = getattr(df, "close", None)
+        if callable(close):
+            close()
+        df = getattr(df, "ds", None)

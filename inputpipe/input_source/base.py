@@ -1,0 +1,296 @@
+"""The InputSource contract and the hook that drives every source in any TF1 training loop.
+
+An InputSource moves data into the graph. ``setup(input_signature)`` builds its ops,
+``get_input_tensors()`` returns tensors matching the signature (call it once per tower),
+``get_hooks()`` returns the ``SessionRunHook``\\ s that start, feed, stage, measure and stop
+everything, so it works in a ``MonitoredTrainingSession`` or, through
+:func:`inputpipe.input_source.session.hooked_session`, a plain ``tf.compat.v1.Session``.
+
+Example::
+
+    source = QueueInput(df)
+    source.setup([tf.TensorSpec([None, 28, 28], tf.float32, "image"),
+                  tf.TensorSpec([None], tf.int32, "label")])
+    image, label = source.get_input_tensors()
+    ...
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=source.get_hooks()) as sess:
+        sess.run(train_op)
+"""
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import tensorflow as tf
+
+from ..utils.logger import get_logger
+from .dependency import FetchDependencies
+from .errors import InputSourceError
+from .signature import normalize_signature
+from .stats import InputStats
+
+__all__ = ["InputSource", "InputSourceHook", "InputStepHook", "Tower", "timed_input"]
+
+logger = get_logger(__name__)
+
+
+class Tower:
+    """What one ``get_input_tensors()`` call built: the returned ``tensors``, the ``consume_op``
+    (or list of ops) whose execution means "this step takes a batch", per-step ``run_ops`` to add to consuming
+    steps (e.g. a stage op), ``stat_tensors`` to fetch with them (e.g. ``{"wait": seconds}``)
+    and an optional ``feed_fn`` giving the feed_dict of a consuming step.
+
+    Example::
+
+        Tower(tensors=outs, consume_op=dequeue_op, stat_tensors={"wait": t1 - t0})
+    """
+
+    def __init__(self, tensors: List[tf.Tensor], consume_op: Any,
+                 run_ops: Sequence[Any] = (), stat_tensors: Optional[Dict[str, tf.Tensor]] = None,
+                 feed_fn: Optional[Callable[[], Dict[Any, Any]]] = None):
+        self.tensors = tensors
+        if consume_op is None:
+            consume_op = []
+        self.consume_ops = list(consume_op) if isinstance(consume_op, (list, tuple)) else [consume_op]
+        self.run_ops = list(run_ops)
+        self.stat_tensors = dict(stat_tensors or {})
+        self.feed_fn = feed_fn
+
+
+def timed_input(make_outputs: Callable[[], Any]):
+    """Build ``make_outputs()`` between two ``tf.timestamp`` ops; returns ``(outputs, wait)``
+    where ``wait`` is the number of seconds the producing op blocked in the step."""
+    start = tf.timestamp(name="input_wait_start")
+    with tf.control_dependencies([start]):
+        outputs = make_outputs()
+    flat = [t for t in tf.nest.flatten(outputs) if t is not None]
+    with tf.control_dependencies([t.op for t in flat]):
+        end = tf.timestamp(name="input_wait_end")
+    return outputs, tf.subtract(end, start, name="input_wait_seconds")
+
+
+class InputSource:
+    """Base class of every InputSource (tensorpack's names and signatures).
+
+    Subclasses implement ``_setup(specs)`` and ``_build_tower()`` (returning a :class:`Tower`),
+    and, if they run something in the session, ``_start(session, coord)`` and ``_stop(session)``.
+
+    Example::
+
+        class Ones(InputSource):
+            def _setup(self, specs):
+                self.specs = specs
+
+            def _build_tower(self):
+                ones = [tf.ones(s.shape, s.dtype, name=s.name) for s in self.specs]
+                return Tower(ones, consume_op=None)
+
+    See ``examples/custom_input_source.py`` for a complete, runnable one.
+    """
+
+    def __init__(self):
+        self._specs: Optional[List[tf.TensorSpec]] = None
+        self._towers: List[Tower] = []
+        self._hooks: Optional[List[tf.compat.v1.train.SessionRunHook]] = None
+        self._closed = False
+        self._failure: Optional[BaseException] = None
+        self._failure_lock = threading.Lock()
+        self.stats = InputStats(self.name)
+
+    # -- public API (tensorpack) -------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def setup(self, input_signature: Sequence[tf.TensorSpec]) -> List[tf.compat.v1.train.SessionRunHook]:
+        """Build the source's ops for ``input_signature`` (named ``tf.TensorSpec``\\ s) in the
+        default graph. Returns ``get_hooks()``."""
+        if self._specs is not None:
+            raise RuntimeError("{}.setup() was already called".format(self.name))
+        specs = normalize_signature(input_signature, self.name)
+        self._graph = tf.compat.v1.get_default_graph()
+        self._specs = specs
+        with tf.name_scope(self.name):
+            self._setup(specs)
+        return self.get_hooks()
+
+    def setup_done(self) -> bool:
+        return self._specs is not None
+
+    @property
+    def input_signature(self) -> List[tf.TensorSpec]:
+        self._require_setup()
+        return list(self._specs)
+
+    def get_input_tensors(self) -> List[tf.Tensor]:
+        """Tensors matching the input signature, built in the current device and name scope.
+        Call it once per tower; every call makes a new, independent consumer."""
+        self._require_setup()
+        if tf.compat.v1.get_default_graph() is not self._graph:
+            raise RuntimeError("{}.get_input_tensors(): call it in the graph setup() ran in".format(self.name))
+        with tf.name_scope("{}_tower{}".format(self.name, len(self._towers))):
+            tower = self._build_tower()
+        for spec, tensor in zip(self._specs, tower.tensors):
+            if tensor.dtype != spec.dtype:
+                raise InputSourceError("{}: tensor for {!r} has dtype {}, expected {}".format(
+                    self.name, spec.name, tensor.dtype.name, spec.dtype.name))
+        self._towers.append(tower)
+        return list(tower.tensors)
+
+    def get_hooks(self) -> List[tf.compat.v1.train.SessionRunHook]:
+        """The ``SessionRunHook``\\ s this source needs (always the same list for one source)."""
+        self._require_setup()
+        if self._hooks is None:
+            self._hooks = self._lifecycle_hooks() + [InputStepHook(self)]
+        return list(self._hooks)
+
+    def reset_state(self) -> None:
+        """Prepare the data for iteration (e.g. ``DataFlow.reset_state()``)."""
+
+    def size(self) -> int:
+        """Number of batches per epoch; raises ``NotImplementedError`` when unknown."""
+        raise NotImplementedError("{} has no known size".format(self.name))
+
+    def close(self) -> None:
+        """Stop every thread the source started. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop(None)
+
+    def session(self, session: tf.compat.v1.Session) -> "Any":
+        """A context manager running this source's hooks around a plain ``tf.compat.v1.Session``.
+
+        Example::
+
+            with tf.compat.v1.Session(graph=g) as sess, source.session(sess) as run:
+                run(train_op)
+        """
+        from .session import hooked_session
+        return hooked_session(session, self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    # -- for subclasses ------------------------------------------------------------------------
+    def _setup(self, specs: List[tf.TensorSpec]) -> None:
+        pass
+
+    def _build_tower(self) -> Tower:
+        raise NotImplementedError
+
+    def _lifecycle_hooks(self) -> List[tf.compat.v1.train.SessionRunHook]:
+        """Hooks that start/stop the source but do no per-step work (used by wrappers)."""
+        return [InputSourceHook(self)]
+
+    def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
+        pass
+
+    def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
+        pass
+
+    def _source_stat_tensors(self) -> Dict[str, tf.Tensor]:
+        """Tensors fetched with every consuming step, e.g. ``{"queue_size": queue.size()}``."""
+        return {}
+
+    def _set_failure(self, err: BaseException) -> None:
+        with self._failure_lock:
+            if self._failure is None:
+                self._failure = err
+
+    def failure(self) -> Optional[BaseException]:
+        """The error that stopped this source's data (from any background thread), or None."""
+        return self._failure
+
+    def raise_if_failed(self) -> None:
+        """Raise the source's background failure in the calling (training) thread."""
+        err = self.failure()
+        if err is None:
+            return
+        if isinstance(err, InputSourceError):
+            raise InputSourceError(str(err)) from err.__cause__ or err
+        raise InputSourceError("{}: {}: {}".format(self.name, type(err).__name__, err)) from err
+
+    def _require_setup(self) -> None:
+        if self._specs is None:
+            raise RuntimeError("{}: call setup(input_signature) first".format(self.name))
+
+
+class InputSourceHook(tf.compat.v1.train.SessionRunHook):
+    """Starts an InputSource when the session is created and stops it at the end.
+
+    Example::
+
+        hooks = source.get_hooks()      # these plus an InputStepHook, for MonitoredTrainingSession
+    """
+
+    def __init__(self, source: InputSource):
+        self.source = source
+
+    def after_create_session(self, session, coord) -> None:
+        self.source._closed = False
+        self.source._start(session, coord)
+
+    def end(self, session) -> None:
+        self.source._stop(session)
+
+
+class InputStepHook(tf.compat.v1.train.SessionRunHook):
+    """Adds an InputSource's per-step work (feeds, stage ops, statistics) to the steps that
+    consume its tensors, inside the training step's own run; raises the source's background
+    failure in the training thread.
+
+    Example::
+
+        hook = InputStepHook(source)     # the last of source.get_hooks()
+    """
+
+    def __init__(self, source: InputSource):
+        self.source = source
+        self._deps: Optional[FetchDependencies] = None
+        self._step = None
+
+    def begin(self) -> None:
+        self._deps = FetchDependencies(self.source._graph)
+        with self.source._graph.as_default():
+            self.source.stats.build_summaries(self.source.name)
+
+    def before_run(self, run_context):
+        source = self.source
+        source.raise_if_failed()
+        args = run_context.original_args
+        executed = self._deps.executed_ops(args.fetches, args.feed_dict)
+        consumed = [i for i, t in enumerate(source._towers) if any(op in executed for op in t.consume_ops)]
+        feeds = source.stats.summary_feeds()
+        self._step = None
+        if not consumed:
+            return tf.compat.v1.train.SessionRunArgs(None, feed_dict=feeds or None)
+        start = time.perf_counter()
+        python_wait = 0.0
+        fetches = {"ops": [], "stats": [], "source": source._source_stat_tensors()}
+        for i in consumed:
+            tower = source._towers[i]
+            if tower.feed_fn is not None:
+                t0 = time.perf_counter()
+                feeds.update(tower.feed_fn())
+                python_wait += time.perf_counter() - t0
+            fetches["ops"].extend(tower.run_ops)
+            fetches["stats"].append(tower.stat_tensors)
+        self._step = (start, python_wait)
+        return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds or None)
+
+    def after_run(self, run_context, run_values) -> None:
+        if self._step is None:
+            return
+        start, python_wait = self._step
+        self._step = None
+        results = run_values.results
+        waits = [s.get("wait", 0.0) for s in results["stats"]]
+        wait = python_wait + (max(waits) if waits else 0.0)
+        self.source.stats.record(wait, time.perf_counter() - start, results["source"].get("queue_size"))
+
+    def end(self, session) -> None:
+        self.source.raise_if_failed()

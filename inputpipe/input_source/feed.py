@@ -1,0 +1,105 @@
+"""Feed-dict sources: :class:`PlaceholderInput` (you feed) and :class:`FeedInput` (the hook feeds
+the next datapoint of a DataFlow in every consuming step; the slow, simple baseline).
+
+Example::
+
+    source = FeedInput(df)
+    source.setup(specs)
+    x, y = source.get_input_tensors()
+"""
+from typing import Any, Dict, List, Optional
+
+import tensorflow as tf
+
+from ..dataflow.base import get_length
+from .base import InputSource, Tower
+from .errors import InputSourceError
+from ._iteration import iterate_datapoints
+from .signature import DatapointConverter
+
+__all__ = ["PlaceholderInput", "FeedInput"]
+
+
+class PlaceholderInput(InputSource):
+    """Placeholders matching the input signature; feed them yourself.
+
+    Example::
+
+        source = PlaceholderInput()
+        source.setup([tf.TensorSpec([None], tf.float32, "x")])
+        x, = source.get_input_tensors()
+        sess.run(y, feed_dict={x: [1.0, 2.0]})
+    """
+
+    def _setup(self, specs: List[tf.TensorSpec]) -> None:
+        self._placeholders = [tf.compat.v1.placeholder(s.dtype, s.shape, name=s.name) for s in specs]
+
+    def _build_tower(self) -> Tower:
+        return Tower(list(self._placeholders), consume_op=None)
+
+
+class FeedInput(InputSource):
+    """Feed datapoints of a DataFlow through ``feed_dict``, one per consuming step, in the
+    training thread (so data preparation is *not* hidden: use it as a baseline or for tests).
+
+    With ``infinite=True`` (default) a new epoch starts when the DataFlow ends; otherwise the end
+    of the DataFlow raises ``tf.errors.OutOfRangeError`` from the step (which
+    ``MonitoredTrainingSession`` treats as a clean end).
+
+    Example::
+
+        source = FeedInput(df, infinite=False)
+        source.setup(specs)
+        x, = source.get_input_tensors()
+        with tf.compat.v1.Session() as sess, source.session(sess) as run:
+            while True:
+                run(train_op)     # ends with OutOfRangeError after one epoch
+    """
+
+    def __init__(self, ds: Any, infinite: bool = True):
+        super().__init__()
+        self.ds = ds
+        self.infinite = infinite
+        self._iterator = None
+        self._reset_done = False
+
+    def reset_state(self) -> None:
+        self.ds.reset_state()
+        self._reset_done = True
+        self._iterator = None
+
+    def size(self) -> int:
+        n = get_length(self.ds)
+        if n is None:
+            raise NotImplementedError("{}: the DataFlow has no length".format(self.name))
+        return n
+
+    def _setup(self, specs: List[tf.TensorSpec]) -> None:
+        self._placeholders = [tf.compat.v1.placeholder(s.dtype, s.shape, name=s.name) for s in specs]
+        self._convert = DatapointConverter(specs, self.name)
+
+    def _build_tower(self) -> Tower:
+        return Tower(list(self._placeholders), consume_op=[p.op for p in self._placeholders], feed_fn=self._next_feed)
+
+    def _next_feed(self) -> Dict[tf.Tensor, Any]:
+        if not self._reset_done:
+            self.reset_state()
+        if self._iterator is None:
+            self._iterator = iterate_datapoints(self.ds, self.infinite, self.name)
+        try:
+            datapoint = next(self._iterator)
+        except StopIteration:
+            self._iterator = None
+            raise tf.errors.OutOfRangeError(None, None, "{}: end of the DataFlow".format(self.name)) from None
+        except InputSourceError:
+            self._iterator = None
+            raise
+        except Exception as err:
+            self._iterator = None
+            raise InputSourceError("{}: the DataFlow raised {}: {}".format(self.name, type(err).__name__, err)) from err
+        return dict(zip(self._placeholders, self._convert(datapoint)))
+
+    def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
+        iterator, self._iterator = self._iterator, None
+        if iterator is not None:
+            iterator.close()

@@ -1,0 +1,112 @@
+"""The background thread of QueueInput: iterate a DataFlow and enqueue each datapoint.
+
+Every blocking session run uses a timeout (``ENQUEUE_TIMEOUT_MS``) and re-checks whether it was
+told to stop (by the source, or by the session's ``Coordinator``). On an error the thread
+records it in the source *before* closing the queue with ``cancel_pending_enqueues``, so the
+training step that then fails to dequeue can report the real cause.
+
+Example::
+
+    thread = EnqueueThread(source, session, coord, datapoints, make_feed, enqueue_op, ...)
+    thread.start()
+    ...
+    thread.stop(); session.run(cancel_op); thread.join(2)
+"""
+from typing import Any, Callable, Dict, Iterator, Optional
+
+import tensorflow as tf
+
+from ..utils.concurrency import StoppableThread
+from ..utils.logger import get_logger
+
+__all__ = ["EnqueueThread", "ENQUEUE_TIMEOUT_MS"]
+
+logger = get_logger(__name__)
+
+#: Upper bound of one blocking enqueue run before the thread re-checks whether to stop.
+ENQUEUE_TIMEOUT_MS = 1000
+
+# errors meaning "the session or the queue went away under us", i.e. we are being shut down
+_SHUTDOWN_ERRORS = (tf.errors.CancelledError, tf.errors.AbortedError)
+
+
+def _session_closed(err: BaseException) -> bool:
+    return isinstance(err, RuntimeError) and "closed Session" in str(err)
+
+
+class EnqueueThread(StoppableThread):
+    """Run ``enqueue_op`` with the feed made from each datapoint until stopped or out of data.
+
+    ``on_failure(err)`` is called with any error (DataFlow exception, bad datapoint, TF error);
+    the queue is then closed with ``cancel_op``. A finite DataFlow's end closes it with
+    ``close_op`` (remaining elements can still be dequeued, then ``OutOfRangeError``).
+    """
+
+    def __init__(self, owner: str, session: tf.compat.v1.Session, coord: Any, datapoints: Iterator[Any],
+                 make_feed: Callable[[Any], Dict[Any, Any]], enqueue_op: tf.Operation,
+                 close_op: tf.Operation, cancel_op: tf.Operation, on_failure: Callable[[BaseException], None]):
+        super().__init__(name="{}-EnqueueThread".format(owner))
+        self.owner = owner
+        self.session = session
+        self.coord = coord
+        self.datapoints = datapoints
+        self.make_feed = make_feed
+        self.enqueue_op = enqueue_op
+        self.close_op = close_op
+        self.cancel_op = cancel_op
+        self.on_failure = on_failure
+        self.enqueued = 0
+        self.finished = False
+        self._options = tf.compat.v1.RunOptions(timeout_in_ms=ENQUEUE_TIMEOUT_MS)
+
+    def should_stop(self) -> bool:
+        return self.stopped() or (self.coord is not None and self.coord.should_stop())
+
+    def run(self) -> None:
+        close = self.cancel_op
+        try:
+            for datapoint in self.datapoints:
+                if self.should_stop():
+                    return
+                if not self._enqueue(self.make_feed(datapoint)):
+                    return
+                self.enqueued += 1
+            if not self.should_stop():
+                logger.info("%s: the DataFlow ended after %d datapoints; closing the queue", self.owner, self.enqueued)
+                self.finished = True
+                close = self.close_op
+        except _SHUTDOWN_ERRORS + (tf.errors.OutOfRangeError,) as err:
+            if not self.should_stop():
+                self._fail(err)
+        except RuntimeError as err:
+            if not _session_closed(err):  # a closed session is a shutdown, not a failure
+                self._fail(err)
+        except BaseException as err:
+            self._fail(err)
+        finally:
+            self._close_queue(close)
+            closer = getattr(self.datapoints, "close", None)
+            if closer is not None:
+                try:
+                    closer()
+                except Exception:
+                    logger.debug("%s: closing the DataFlow iterator failed", self.owner, exc_info=True)
+
+    def _fail(self, err: BaseException) -> None:
+        logger.error("%s: feeding stopped: %s: %s", self.owner, type(err).__name__, err)
+        self.on_failure(err)
+
+    def _enqueue(self, feed: Dict[Any, Any]) -> bool:
+        while True:
+            try:
+                self.session.run(self.enqueue_op, feed_dict=feed, options=self._options)
+                return True
+            except tf.errors.DeadlineExceededError:
+                if self.should_stop():
+                    return False
+
+    def _close_queue(self, op: tf.Operation) -> None:
+        try:
+            self.session.run(op, options=self._options)
+        except Exception:  # the session may already be closed: then so is the queue
+            pass

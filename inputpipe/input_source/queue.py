@@ -1,0 +1,201 @@
+"""Queue sources: a background thread feeds a CPU ``FIFOQueue``; training dequeues.
+
+:class:`QueueInput` enqueues whole batches (datapoints that are batches already);
+:class:`BatchQueueInput` enqueues single datapoints and dequeues ``batch_size`` of them.
+
+Example::
+
+    source = QueueInput(BatchData(df, 32))
+    source.setup([tf.TensorSpec([None, 28, 28], tf.float32, "image"),
+                  tf.TensorSpec([None], tf.int32, "label")])
+    image, label = source.get_input_tensors()
+"""
+from typing import Any, Dict, List, Optional
+
+import tensorflow as tf
+
+from ..dataflow.base import get_length
+from ..utils.logger import get_logger
+from .base import InputSource, Tower, timed_input
+from .errors import InputSourceError
+from .feeder import EnqueueThread
+from ._iteration import iterate_datapoints
+from .signature import DatapointConverter
+
+__all__ = ["QueueInput", "BatchQueueInput"]
+
+logger = get_logger(__name__)
+
+_STOP_TIMEOUT = 2.0
+
+
+class QueueInput(InputSource):
+    """Prepare data in a background thread: iterate ``ds`` and enqueue each datapoint into
+    ``queue`` (default: a ``FIFOQueue`` of capacity 50 on the CPU) in the training session;
+    each tower dequeues one datapoint per step.
+
+    ``infinite=True`` (default, as in tensorpack) starts a new epoch whenever ``ds`` ends; with
+    ``infinite=False`` the end of ``ds`` closes the queue and training gets a clean
+    ``tf.errors.OutOfRangeError`` after the last datapoint.
+
+    Example::
+
+        source = QueueInput(df)
+        source.setup(specs)
+        x, y = source.get_input_tensors()
+        with tf.compat.v1.train.MonitoredTrainingSession(hooks=source.get_hooks()) as sess:
+            for _ in range(100):
+                sess.run(train_op)
+    """
+
+    default_capacity = 50
+
+    def __init__(self, ds: Any, queue: Optional[tf.queue.QueueBase] = None, *, infinite: bool = True):
+        super().__init__()
+        self.ds = ds
+        self.queue = queue
+        self.infinite = infinite
+        self._thread: Optional[EnqueueThread] = None
+        self._session = None
+        self._reset_done = False
+
+    def reset_state(self) -> None:
+        self.ds.reset_state()
+        self._reset_done = True
+
+    def size(self) -> int:
+        n = get_length(self.ds)
+        if n is None:
+            raise NotImplementedError("{}: the DataFlow has no length".format(self.name))
+        return n
+
+    # -- graph ---------------------------------------------------------------------------------
+    def _element_shapes(self, specs: List[tf.TensorSpec]) -> List[tf.TensorShape]:
+        return [s.shape for s in specs]
+
+    def _make_queue(self, specs: List[tf.TensorSpec]) -> tf.queue.QueueBase:
+        return tf.queue.FIFOQueue(self.default_capacity, [s.dtype for s in specs], name="input_queue")
+
+    def _setup(self, specs: List[tf.TensorSpec]) -> None:
+        shapes = self._element_shapes(specs)
+        self._convert = DatapointConverter(specs, self.name, drop_leading_dim=shapes != [s.shape for s in specs])
+        with tf.device("/cpu:0"):
+            self._placeholders = [tf.compat.v1.placeholder(s.dtype, shape, name=s.name)
+                                  for s, shape in zip(specs, shapes)]
+            if self.queue is None:
+                self.queue = self._make_queue(specs)
+            self._check_queue(specs, shapes)
+            self._enqueue_op = self.queue.enqueue(self._placeholders, name="enqueue")
+            self._close_op = self.queue.close(cancel_pending_enqueues=False, name="close")
+            self._cancel_op = self.queue.close(cancel_pending_enqueues=True, name="close_and_cancel")
+            self._size_op = self.queue.size(name="size")
+
+    def _check_queue(self, specs: List[tf.TensorSpec], shapes: List[tf.TensorShape]) -> None:
+        dtypes = list(self.queue.dtypes)
+        if dtypes != [s.dtype for s in specs]:
+            raise InputSourceError("{}: the queue holds dtypes {}, but the input signature {} needs {}".format(
+                self.name, [d.name for d in dtypes], [s.name for s in specs], [s.dtype.name for s in specs]))
+        if self.queue.shapes is not None:
+            for spec, want, have in zip(specs, shapes, self.queue.shapes):
+                if not want.is_compatible_with(have):
+                    raise InputSourceError("{}: the queue's shape for {!r} is {}, the signature needs {}".format(
+                        self.name, spec.name, have, want))
+
+    def _dequeue(self) -> List[tf.Tensor]:
+        return tf.nest.flatten(self.queue.dequeue(name="dequeue"))
+
+    def _build_tower(self) -> Tower:
+        outputs, wait = timed_input(self._dequeue)
+        for tensor, spec in zip(outputs, self._specs):
+            tensor.set_shape(spec.shape)
+        return Tower(outputs, consume_op=outputs[0].op, stat_tensors={"wait": wait})
+
+    def _source_stat_tensors(self) -> Dict[str, tf.Tensor]:
+        return {"queue_size": self._size_op}
+
+    # -- session -------------------------------------------------------------------------------
+    def _make_feed(self, datapoint: Any) -> Dict[tf.Tensor, Any]:
+        return dict(zip(self._placeholders, self._convert(datapoint)))
+
+    def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
+        self._stop(None)
+        self._failure = None
+        if not self._reset_done:
+            self.reset_state()
+        self._session = session
+        self._thread = EnqueueThread(
+            self.name, session, coord, iterate_datapoints(self.ds, self.infinite, self.name), self._make_feed,
+            self._enqueue_op, self._close_op, self._cancel_op, self._set_failure)
+        if coord is not None:
+            coord.register_thread(self._thread)
+        self._thread.start()
+
+    def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        thread.stop()
+        try:
+            (session or self._session).run(self._cancel_op, options=tf.compat.v1.RunOptions(timeout_in_ms=1000))
+        except Exception:  # session already closed: its queues are gone too
+            pass
+        self._session = None
+        thread.join(_STOP_TIMEOUT)
+        if thread.is_alive():
+            logger.warning("%s: the feeding thread did not stop within %.0f s (is the DataFlow stuck in "
+                           "__iter__?); it is a daemon and will end with the DataFlow", self.name, _STOP_TIMEOUT)
+
+
+class BatchQueueInput(QueueInput):
+    """Enqueue single datapoints, dequeue batches of ``batch_size`` (``dequeue_many``; with
+    ``infinite=False``, ``dequeue_up_to`` so the last, smaller batch is not lost).
+
+    The input signature describes batches (leading dimension ``None`` or ``batch_size``); every
+    other dimension must be known. The default queue holds 3000 datapoints.
+
+    Example::
+
+        source = BatchQueueInput(df_of_single_images, batch_size=32)
+        source.setup([tf.TensorSpec([None, 28, 28], tf.float32, "image")])
+        images, = source.get_input_tensors()      # shape (32, 28, 28)
+    """
+
+    default_capacity = 3000
+
+    def __init__(self, ds: Any, batch_size: int, queue: Optional[tf.queue.QueueBase] = None, *,
+                 infinite: bool = True):
+        super().__init__(ds, queue, infinite=infinite)
+        if int(batch_size) <= 0:
+            raise ValueError("BatchQueueInput: batch_size must be positive, got {}".format(batch_size))
+        self.batch_size = int(batch_size)
+
+    def size(self) -> int:
+        return super().size() // self.batch_size
+
+    def _element_shapes(self, specs: List[tf.TensorSpec]) -> List[tf.TensorShape]:
+        shapes = []
+        for spec in specs:
+            if spec.shape.rank is None or spec.shape.rank == 0 or not spec.shape[1:].is_fully_defined():
+                raise InputSourceError(
+                    "{}: {!r} has shape {}; BatchQueueInput needs a leading batch dimension and every other "
+                    "dimension known".format(self.name, spec.name, spec.shape))
+            if spec.shape[0] is not None and spec.shape[0] != self.batch_size:
+                raise InputSourceError("{}: {!r} has batch dimension {}, but batch_size is {}".format(
+                    self.name, spec.name, spec.shape[0], self.batch_size))
+            shapes.append(spec.shape[1:])
+        return shapes
+
+    def _make_queue(self, specs: List[tf.TensorSpec]) -> tf.queue.QueueBase:
+        return tf.queue.FIFOQueue(self.default_capacity, [s.dtype for s in specs],
+                                  shapes=self._element_shapes(specs), name="input_queue")
+
+    def _check_queue(self, specs: List[tf.TensorSpec], shapes: List[tf.TensorShape]) -> None:
+        super()._check_queue(specs, shapes)
+        if self.queue.shapes is None or not all(tf.TensorShape(s).is_fully_defined() for s in self.queue.shapes):
+            raise InputSourceError("{}: the queue must be created with fully defined shapes (one datapoint "
+                                   "each) so that batches can be dequeued".format(self.name))
+
+    def _dequeue(self) -> List[tf.Tensor]:
+        if self.infinite:
+            return tf.nest.flatten(self.queue.dequeue_many(self.batch_size, name="dequeue"))
+        return tf.nest.flatten(self.queue.dequeue_up_to(self.batch_size, name="dequeue"))

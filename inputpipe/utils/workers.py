@@ -1,0 +1,326 @@
+"""Supervised worker processes: start methods, no orphans, errors that say what died and why.
+
+:class:`WorkerProcesses` starts ``num`` processes running ``target(rank, *args)`` and owns them:
+
+- **start methods**: ``fork`` (the default on Linux, as in tensorpack), ``forkserver`` or
+  ``spawn``; for the last two the arguments are pickled first, and a clear error says what could
+  not be pickled;
+- **in the worker**: :func:`inputpipe.dataflow.seeding.enter_worker` gets the rank and the parent's
+  global seed; SIGINT is ignored (the parent handles Ctrl-C and stops its workers); the worker
+  dies with its parent through ``prctl(PR_SET_PDEATHSIG)`` (Linux, set through ctypes) plus a
+  watchdog thread that notices when the parent process is gone;
+- **in the parent**: :meth:`WorkerProcesses.check` turns a dead worker into a
+  :class:`~inputpipe.utils.errors.WorkerError` naming its pid and exit code or signal;
+  :meth:`WorkerProcesses.close` (also run on garbage collection and at interpreter exit)
+  terminates, then kills, and reaps every worker within about a second.
+
+Example::
+
+    def work(rank, conn):
+        conn.send_bytes(b"hello from %d" % rank)
+
+    with WorkerProcesses("Demo", work, [(w,) for w in writers], start_method="spawn") as procs:
+        ...
+"""
+import ctypes
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from .concurrency import POLL_INTERVAL, StoppableThread
+from .errors import WorkerError
+from .logger import get_logger
+
+__all__ = ["START_METHODS", "default_start_method", "WorkerProcesses", "WorkerPool"]
+
+logger = get_logger(__name__)
+
+START_METHODS = ("fork", "forkserver", "spawn")
+_PR_SET_PDEATHSIG = 1
+#: Seconds a worker gets to exit after SIGTERM before it is sent SIGKILL.
+_TERMINATE_GRACE = 0.5
+
+
+def default_start_method() -> str:
+    """``fork`` where it exists (Linux, like tensorpack), otherwise ``spawn``."""
+    return "fork" if "fork" in mp.get_all_start_methods() and sys.platform != "darwin" else "spawn"
+
+
+def _check_start_method(component: str, start_method: Optional[str]) -> str:
+    method = start_method or default_start_method()
+    if method not in START_METHODS or method not in mp.get_all_start_methods():
+        raise ValueError("{}: start_method must be one of {} (available here: {}), got {!r}".format(
+            component, START_METHODS, mp.get_all_start_methods(), start_method))
+    return method
+
+
+def _check_picklable(component: str, method: str, args: Sequence[Any]) -> None:
+    """Fail early, in the parent, with a message that says what cannot go to the worker."""
+    for arg in args:
+        try:
+            pickle.dumps(arg)
+        except Exception as err:
+            raise TypeError(
+                "{}: start_method={!r} sends the DataFlow and functions to each worker with pickle, "
+                "but {!r} cannot be pickled ({}: {}). Define classes and functions at module level "
+                "(no lambdas or local functions), open files and sockets in reset_state(), or use "
+                "start_method='fork'.".format(component, method, arg, type(err).__name__, err)
+            ) from err
+
+
+def _set_parent_death_signal() -> None:
+    """Ask Linux to SIGKILL this process when the thread that started it exits."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            logger.debug("prctl(PR_SET_PDEATHSIG) failed with errno %d", ctypes.get_errno())
+    except (OSError, AttributeError) as err:
+        logger.debug("prctl(PR_SET_PDEATHSIG) is not available: %s", err)
+
+
+class _ParentWatchdog(StoppableThread):
+    """In a worker: exit the process as soon as its parent process is gone (re-parented)."""
+
+    def __init__(self, parent_pid: int):
+        super().__init__(name="inputpipe-parent-watchdog")
+        self._parent_pid = parent_pid
+
+    def run(self):
+        while not self.wait_stopped(POLL_INTERVAL):
+            if os.getppid() != self._parent_pid:
+                os._exit(1)
+
+
+def _worker_main(target: Callable, rank: int, args: Sequence[Any], parent_pid: int,
+                 death_signal: bool, global_seed: Optional[int]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if death_signal:
+        _set_parent_death_signal()
+    if parent_pid is None:          # forkserver: our direct parent is the fork server,
+        parent_pid = os.getppid()   # which exits when the process that owns us exits
+    if os.getppid() != parent_pid:  # the parent died before we got here
+        os._exit(1)
+    _ParentWatchdog(parent_pid).start()
+    from ..dataflow import seeding
+
+    seeding.enter_worker(rank, global_seed)
+    target(rank, *args)
+
+
+class WorkerProcesses:
+    """Start, watch and stop ``len(args_per_worker)`` processes running ``target(rank, *args)``.
+
+    ``target`` must be a module-level function (it is pickled for ``spawn``/``forkserver``).
+
+    Example::
+
+        procs = WorkerProcesses("MyRunner", serve, [(conn_a,), (conn_b,)], start_method="fork")
+        procs.start()
+        procs.check()          # raises WorkerError if a worker died
+        procs.close()
+    """
+
+    def __init__(self, component: str, target: Callable, args_per_worker: Sequence[Sequence[Any]],
+                 start_method: Optional[str] = None):
+        self.component = component
+        self.start_method = _check_start_method(component, start_method)
+        self._target = target
+        self._args = [tuple(a) for a in args_per_worker]
+        self.processes: List[mp.Process] = []
+        self._finalizer = None
+
+    def start(self) -> None:
+        """Start every worker (pickling check first for ``spawn``/``forkserver``)."""
+        from ..dataflow import seeding
+
+        if self.start_method != "fork":
+            _check_picklable(self.component, self.start_method, [self._target] + list(self._args))
+        ctx = mp.get_context(self.start_method)
+        in_main_thread = threading.current_thread() is threading.main_thread()
+        parent_pid = None if self.start_method == "forkserver" else os.getpid()
+        for rank, args in enumerate(self._args):
+            proc = ctx.Process(
+                target=_worker_main,
+                args=(self._target, rank, args, parent_pid, in_main_thread, seeding.get_global_seed()),
+                name="{}-worker-{}".format(self.component, rank),
+                daemon=True,
+            )
+            proc.start()
+            self.processes.append(proc)
+        self._finalizer = weakref.finalize(self, _stop_processes, list(self.processes))
+        logger.debug("%s started %d %s workers: pids %s", self.component, len(self.processes),
+                     self.start_method, self.pids)
+
+    @property
+    def pids(self) -> List[int]:
+        return [p.pid for p in self.processes]
+
+    @property
+    def sentinels(self) -> List[int]:
+        """File descriptors that become readable when the matching worker exits."""
+        return [p.sentinel for p in self.processes]
+
+    def worker_error(self, rank: int, remote_traceback: Optional[str] = None,
+                     reason: Optional[str] = None) -> WorkerError:
+        """A :class:`WorkerError` for worker ``rank``, with its exit code if it has ended."""
+        proc = self.processes[rank]
+        if reason is None and remote_traceback is None:
+            proc.join(timeout=POLL_INTERVAL * 10)   # the exit status of a process we saw end
+        return WorkerError(self.component, "worker {}".format(rank), proc.pid,
+                           proc.exitcode, remote_traceback, reason)
+
+    def check(self) -> None:
+        """Raise :class:`WorkerError` if any worker has ended."""
+        for rank, proc in enumerate(self.processes):
+            if proc.exitcode is not None or not proc.is_alive():
+                raise self.worker_error(rank)
+
+    def close(self) -> None:
+        """Stop every worker: SIGTERM, then SIGKILL after a short grace period; reap them all."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _stop_processes(processes: List[mp.Process]) -> None:
+    for proc in processes:
+        if proc.exitcode is None:
+            try:
+                proc.terminate()
+            except (OSError, ValueError):
+                pass
+    deadline = time.monotonic() + _TERMINATE_GRACE
+    for proc in processes:
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in processes:
+        if proc.exitcode is None:
+            logger.warning("%s did not exit %.1f s after SIGTERM; sending SIGKILL", proc.name, _TERMINATE_GRACE)
+            proc.kill()
+            proc.join(timeout=1.0)
+
+
+class WorkerPool:
+    """Worker processes, each with a :mod:`~inputpipe.utils.channel` to the parent.
+
+    ``target(rank, worker_end, *args)`` runs in each worker. The parent :meth:`send` s commands
+    to a worker and :meth:`receive` s datapoints from any of them; a worker that raised or died
+    becomes a :class:`~inputpipe.utils.errors.WorkerError` within one poll interval.
+
+    Example::
+
+        pool = WorkerPool("MyMap", serve, num=2, args=(map_func,))
+        pool.start()
+        pool.send(0, [0, 0, dp])
+        rank, result = pool.receive(timeout=0.05) or (None, None)
+        pool.close()
+    """
+
+    def __init__(self, component: str, target: Callable, num: int, args: Sequence[Any] = (),
+                 start_method: Optional[str] = None, shm_bytes: Optional[int] = None):
+        from . import channel
+
+        if int(num) < 1:
+            raise ValueError("{}: the number of worker processes must be >= 1, got {!r}".format(component, num))
+        self.component = component
+        self.num = int(num)
+        self._start_method = _check_start_method(component, start_method)
+        self._target = target
+        self._args = tuple(args)
+        self._shm_bytes = channel.DEFAULT_SHM_BYTES if shm_bytes is None else int(shm_bytes)
+        self._ends = []
+        self._procs: Optional[WorkerProcesses] = None
+        self._next_rank = 0
+        self._finalizer = None
+
+    @property
+    def started(self) -> bool:
+        return self._procs is not None
+
+    @property
+    def pids(self) -> List[int]:
+        return self._procs.pids if self._procs else []
+
+    def start(self) -> None:
+        from . import channel
+
+        ends, specs = zip(*(channel.open_channel(self.component, self._shm_bytes) for _ in range(self.num)))
+        self._ends = list(ends)
+        procs = WorkerProcesses(self.component, _serve_channel,
+                                [(self._target, spec) + self._args for spec in specs], self._start_method)
+        self._finalizer = weakref.finalize(self, _close_pool, procs, self._ends)
+        try:
+            procs.start()
+        finally:
+            for spec in specs:
+                spec.close_in_parent()
+        self._procs = procs
+
+    def send(self, rank: int, command: Any) -> None:
+        """Send ``command`` (wire format) to worker ``rank``."""
+        try:
+            self._ends[rank].send_command(command)
+        except OSError:
+            raise self._procs.worker_error(rank) from None
+
+    def receive(self, timeout: float) -> Optional[Tuple[int, Any]]:
+        """``(rank, datapoint)`` from the first worker that has one, or None after ``timeout``.
+
+        Raises :class:`WorkerError` if a worker reported an exception or ended."""
+        from . import channel
+
+        ready = set(channel.wait_ready(self._ends, self._procs.sentinels, timeout))
+        for i in range(self.num):
+            rank = (self._next_rank + i) % self.num
+            end = self._ends[rank]
+            if end.connection not in ready:
+                continue
+            try:
+                kind, value = end.receive()
+            except (EOFError, OSError):
+                raise self._procs.worker_error(rank) from None
+            if kind == "error":
+                summary, remote_traceback = value
+                raise self._procs.worker_error(rank, remote_traceback, "raised " + summary)
+            if kind == "data":
+                self._next_rank = rank + 1
+                return rank, value
+        for rank, sentinel in enumerate(self._procs.sentinels):
+            if sentinel in ready:
+                raise self._procs.worker_error(rank)
+        return None
+
+    def close(self) -> None:
+        """Stop the workers, close the pipes, remove the shared-memory files."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+def _close_pool(procs: WorkerProcesses, ends) -> None:
+    for end in ends:
+        end.close()
+    procs.close()
+
+
+def _serve_channel(rank: int, target: Callable, spec, *args) -> None:
+    """Worker side of :class:`WorkerPool`: open the channel, run ``target``, report its exception."""
+    end = spec.open()
+    try:
+        target(rank, end, *args)
+    except (EOFError, BrokenPipeError):
+        pass                                    # the parent closed the channel: a normal stop
+    except BaseException as err:
+        end.send_error(err)
+        raise SystemExit(1)

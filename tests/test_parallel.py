@@ -1,0 +1,343 @@
+"""Tests of the parallel runners: data, start methods, failures, cleanup, seeding, bounded memory."""
+import gc
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from inputpipe.dataflow import (
+    DataFlow, MultiProcessRunner, MultiProcessRunnerZMQ, MultiThreadRunner, PrefetchDataZMQ, RNGDataFlow, seeding,
+)
+from inputpipe.utils import channel
+from inputpipe.utils.errors import WorkerError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Indexed(DataFlow):
+    """``[i, array filled with i]`` for i in range(n); arrays of ``shape`` (small by default)."""
+
+    def __init__(self, n, shape=(2,), dtype=np.float32):
+        self.n, self.shape, self.dtype = n, shape, dtype
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield [i, np.full(self.shape, i, self.dtype)]
+
+
+class Endless(DataFlow):
+    def __iter__(self):
+        i = 0
+        while True:
+            yield [i]
+            i += 1
+
+
+class FailsAfter(DataFlow):
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield [i]
+        raise ValueError("boom after {} datapoints".format(self.n))
+
+
+class CountsProduced(DataFlow):
+    """Endless ``[i, 1 MB array]``; counts produced datapoints in shared memory."""
+
+    def __init__(self, counter, nbytes=1 << 20):
+        self.counter, self.nbytes = counter, nbytes
+
+    def __iter__(self):
+        while True:
+            with self.counter.get_lock():
+                self.counter.value += 1
+                i = self.counter.value
+            yield [i, np.zeros(self.nbytes, np.uint8)]
+
+
+class RankedRandom(RNGDataFlow):
+    def __len__(self):
+        return 5
+
+    def __iter__(self):
+        for _ in range(5):
+            yield [seeding.worker_rank(), int(self.rng.randint(1 << 30))]
+
+
+@pytest.fixture
+def shm_dir(tmp_path, monkeypatch):
+    """Shared-memory files of this test go to a fresh directory, to check none is left."""
+    monkeypatch.setattr(channel, "_shm_dir", lambda: str(tmp_path))
+    return tmp_path
+
+
+def _wait_gone(pids, timeout):
+    """Seconds until every pid is gone (or a zombie); fails after ``timeout``."""
+    start = time.monotonic()
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive:
+            return time.monotonic() - start
+        assert time.monotonic() - start < timeout, "processes {} still alive after {} s".format(alive, timeout)
+        time.sleep(0.02)
+
+
+def test_runner_yields_len_datapoints_from_each_copy_every_epoch(shm_dir):
+    df = MultiProcessRunnerZMQ(Indexed(30), num_proc=2, hwm=10)
+    assert len(df) == 30
+    df.reset_state()
+    with df:
+        for _ in range(3):
+            points = list(df)
+            assert len(points) == 30
+            for i, arr in points:
+                assert arr.dtype == np.float32 and arr.shape == (2,) and (arr == i).all()
+                assert 0 <= i < 30
+    assert list(shm_dir.iterdir()) == []
+
+
+def test_large_arrays_arrive_intact_and_writable_even_when_the_consumer_keeps_them(shm_dir):
+    shape = (64, 64, 64)      # 1 MiB of float32 per datapoint; 3 MiB of shared memory per worker
+    df = MultiProcessRunner(Indexed(40, shape), num_prefetch=8, num_proc=2, shm_bytes=3 << 20)
+    df.reset_state()
+    with df:
+        kept = list(df)       # holding every array forces the pipe path once shared memory is full
+        assert len(kept) == 40
+        for i, arr in kept:
+            assert arr.shape == shape and arr.dtype == np.float32
+            assert arr[0, 0, 0] == i and arr[-1, -1, -1] == i
+            arr += 1          # writable
+        del kept
+        gc.collect()
+        assert all(arr[0, 0, 0] == i for i, arr in df)
+    assert list(shm_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_forkserver_and_spawn_workers(method):
+    df = MultiProcessRunnerZMQ(Indexed(10, (100, 100)), num_proc=2, start_method=method)
+    df.reset_state()
+    with df:
+        assert sorted(set(i for i, _ in df)) <= list(range(10))
+        values = [(i, float(arr.mean())) for i, arr in df]
+    assert len(values) == 10 and all(i == mean for i, mean in values)
+
+
+def test_spawn_rejects_an_unpicklable_dataflow_with_a_clear_error():
+    class Local(Indexed):
+        pass
+
+    df = MultiProcessRunnerZMQ(Local(3), num_proc=1, start_method="spawn")
+    with pytest.raises(TypeError, match="cannot be pickled.*start_method='fork'"):
+        df.reset_state()
+    df.close()
+
+
+def test_unknown_start_method_is_refused():
+    with pytest.raises(ValueError, match="start_method must be one of"):
+        MultiProcessRunnerZMQ(Indexed(3), start_method="threads")
+
+
+def test_worker_exception_reaches_consumer_with_traceback_within_1s():
+    df = MultiProcessRunnerZMQ(FailsAfter(3), num_proc=1)
+    df.reset_state()
+    with df:
+        start = time.monotonic()
+        with pytest.raises(WorkerError) as info:
+            for _ in df:
+                pass
+        elapsed = time.monotonic() - start
+    assert elapsed < 1.0
+    err = info.value
+    assert err.pid == df.worker_pids[0]
+    assert "MultiProcessRunnerZMQ: worker 0 (pid {}) raised ValueError: boom after 3 datapoints".format(err.pid) in str(err)
+    assert "in __iter__" in err.remote_traceback and 'raise ValueError("boom after' in err.remote_traceback
+
+
+def test_killed_worker_is_reported_with_pid_and_signal_within_1s():
+    df = MultiProcessRunnerZMQ(Endless(), num_proc=2, hwm=4)
+    df.reset_state()
+    with df:
+        it = iter(df)
+        next(it)
+        victim = df.worker_pids[1]
+        os.kill(victim, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(WorkerError) as info:
+            for _ in it:
+                pass
+        assert time.monotonic() - start < 1.0
+    assert info.value.pid == victim and info.value.signal_name == "SIGKILL"
+    assert "(pid {}) was killed by SIGKILL".format(victim) in str(info.value)
+
+
+def _stop_by_close(df):
+    df.close()
+
+
+def _stop_by_gc(df):
+    del df
+    gc.collect()
+
+
+@pytest.mark.parametrize("how", ["close", "gc", "with", "exception", "keyboard_interrupt"])
+def test_every_worker_is_gone_within_2s_and_no_file_is_left(how, shm_dir):
+    df = MultiProcessRunnerZMQ(Indexed(1000, (300, 300)), num_proc=2, hwm=6, shm_bytes=4 << 20)
+    df.reset_state()
+    it = iter(df)
+    next(it)
+    pids = df.worker_pids
+    assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)
+    start = time.monotonic()
+    if how == "close":
+        df.close()
+    elif how == "gc":
+        del df, it
+        gc.collect()
+    else:
+        error = {"with": None, "exception": RuntimeError, "keyboard_interrupt": KeyboardInterrupt}[how]
+        try:
+            with df:
+                next(it)
+                if error:
+                    raise error("consumer failed")
+        except (RuntimeError, KeyboardInterrupt):
+            pass
+    _wait_gone(pids, 2.0 - (time.monotonic() - start))
+    assert list(shm_dir.iterdir()) == []
+
+
+def _run_script(code):
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=REPO))
+
+
+_PARENT_SCRIPT = """
+    import sys, time
+    sys.path.insert(0, "tests")
+    from test_parallel import Endless, Indexed
+    from inputpipe.dataflow import MultiProcessRunnerZMQ
+    runners = [MultiProcessRunnerZMQ(Endless(), num_proc=2, hwm=4, start_method="fork"),
+               MultiProcessRunnerZMQ(Indexed(5), num_proc=1, start_method="forkserver")]
+    for r in runners:
+        r.reset_state()
+        next(iter(r))
+    print(" ".join(str(p) for r in runners for p in r.worker_pids), flush=True)
+    for dp in runners[0]:
+        pass
+"""
+
+
+def test_workers_exit_on_their_own_when_the_parent_is_killed():
+    parent = _run_script(_PARENT_SCRIPT)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 3, parent.stderr.read()
+        parent.kill()
+        parent.wait(timeout=10)
+        _wait_gone(pids, 5.0)
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+        parent.stdout.close()
+        parent.stderr.close()
+
+
+def test_ctrl_c_in_the_consumer_stops_every_worker_within_2s():
+    parent = _run_script(_PARENT_SCRIPT)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 3, parent.stderr.read()
+        start = time.monotonic()
+        parent.send_signal(signal.SIGINT)
+        parent.wait(timeout=10)
+        _wait_gone(pids, 2.0 - (time.monotonic() - start))
+        assert "KeyboardInterrupt" in parent.stderr.read()
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+        parent.stdout.close()
+        parent.stderr.close()
+
+
+def test_each_worker_gets_its_own_seed_and_a_seeded_pipeline_repeats():
+    def run():
+        seeding.set_global_seed(1234)
+        df = MultiProcessRunnerZMQ(RankedRandom(), num_proc=2, hwm=2)
+        df.reset_state()
+        per_rank = {0: [], 1: []}
+        with df:
+            while min(len(v) for v in per_rank.values()) < 5:
+                for rank, value in df:
+                    per_rank[rank].append(value)
+        return {rank: values[:5] for rank, values in per_rank.items()}
+
+    try:
+        first, second = run(), run()
+    finally:
+        seeding.set_global_seed(None)
+    assert first[0] != first[1]
+    assert first == second
+
+
+@pytest.mark.parametrize("limit", ["hwm", "bytes"])
+def test_a_slow_consumer_makes_the_worker_wait(limit):
+    counter = mp.get_context("fork").Value("i", 0)
+    if limit == "hwm":
+        df = MultiProcessRunnerZMQ(CountsProduced(counter), num_proc=1, hwm=4)
+        bound = 4
+    else:
+        df = MultiProcessRunnerZMQ(CountsProduced(counter), num_proc=1, hwm=1000, max_prefetch_bytes=3 << 20)
+        bound = 3
+    df.reset_state()
+    with df:
+        it = iter(df)
+        for consumed in range(1, 4):
+            next(it)
+            time.sleep(0.3)       # time for an unbounded producer to run far ahead
+            # consumed + prefetched + the one the worker holds while it waits for room
+            assert counter.value <= consumed + bound + 1
+
+
+def test_multithread_runner_runs_copies_and_reports_failures():
+    df = MultiThreadRunner(lambda: Indexed(8), num_prefetch=4, num_thread=3)
+    assert len(df) == 8
+    df.reset_state()
+    with df:
+        for _ in range(2):
+            points = list(df)
+            assert len(points) == 8 and all((arr == i).all() for i, arr in points)
+    failing = MultiThreadRunner(lambda: FailsAfter(2), num_prefetch=2, num_thread=2)
+    failing.reset_state()
+    with failing, pytest.raises(WorkerError, match=r"MultiThreadRunner-thread-\d raised ValueError: boom") as info:
+        for _ in range(100):
+            list(failing)
+    assert isinstance(info.value.__cause__, ValueError)
+    assert "in __iter__" in info.value.remote_traceback
+
+
+def test_tensorpack_aliases_and_argument_checks():
+    assert PrefetchDataZMQ is MultiProcessRunnerZMQ
+    with pytest.raises(ValueError, match="num_proc must be an int >= 1, got 0"):
+        MultiProcessRunnerZMQ(Indexed(3), num_proc=0)
+    df = MultiProcessRunnerZMQ(Indexed(3))
+    with pytest.raises(RuntimeError, match="call reset_state"):
+        next(iter(df))

@@ -1,0 +1,160 @@
+"""Tests of remote producers: send_dataflow_zmq and RemoteDataZMQ."""
+import logging
+import os
+import pickle
+import time
+
+import numpy as np
+import pytest
+import zmq
+import zmq.utils.garbage
+
+from inputpipe.dataflow import DataFlow, RemoteDataZMQ, send_dataflow_zmq
+from inputpipe.dataflow.remote import normalize_address
+from inputpipe.utils import serialize
+from inputpipe.utils.concurrency import StoppableThread
+
+TIMEOUT = 10.0
+
+# pyzmq keeps one thread per process that frees the buffers of zero-copy sends; it starts on the
+# first large copy=False send and lives until exit. Start it now so no test is blamed for it.
+if not zmq.utils.garbage.gc.is_alive():
+    zmq.utils.garbage.gc.start()
+
+
+class Indexed(DataFlow):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield [i, np.full((64, 64), i, np.float32), {"name": "dp{}".format(i)}]
+
+
+def _receive(df, count):
+    points, deadline = [], time.monotonic() + TIMEOUT
+    while len(points) < count:
+        assert time.monotonic() < deadline, "received only {} of {} datapoints".format(len(points), count)
+        dp = df.receive(0.05)
+        if dp is not None:
+            points.append(dp)
+    return points
+
+
+def _sender_thread(df, addr, **kwargs):
+    thread = StoppableThread(target=send_dataflow_zmq, args=(df, addr), kwargs=kwargs, name="test-sender")
+    thread.start()
+    return thread
+
+
+def test_datapoints_arrive_intact_over_tcp_on_127_0_0_1():
+    with RemoteDataZMQ("tcp://:*") as df:
+        df.reset_state()
+        endpoint = df.endpoints[0]
+        assert endpoint.startswith("tcp://127.0.0.1:")
+        sender = _sender_thread(Indexed(20), endpoint, num_epochs=2)
+        points = _receive(df, 40)
+        sender.join(TIMEOUT)
+        assert not sender.is_alive()
+    assert [p[0] for p in points] == list(range(20)) * 2
+    for i, arr, meta in points:
+        assert arr.dtype == np.float32 and arr.shape == (64, 64) and (arr == i).all()
+        assert meta == {"name": "dp{}".format(i)}
+        assert not arr.flags.owndata            # a view of the received frame: no copy
+
+
+def test_addresses_default_to_127_0_0_1():
+    assert normalize_address(8877) == "tcp://127.0.0.1:8877"
+    assert normalize_address(":8877") == "tcp://127.0.0.1:8877"
+    assert normalize_address("tcp://:8877") == "tcp://127.0.0.1:8877"
+    assert normalize_address("tcp://0.0.0.0:8877") == "tcp://0.0.0.0:8877"
+    with pytest.raises(ValueError, match="expected a ZeroMQ address"):
+        normalize_address("localhost")
+
+
+def test_bad_messages_are_dropped_with_a_warning_and_good_data_still_arrives(caplog):
+    good = serialize.dumps_frames([7, np.arange(5000, dtype=np.int64)])
+    big_frame = np.zeros(600 << 10, np.uint8)
+    oversized = serialize.dumps_frames([big_frame, big_frame.copy()])     # two frames, 1.2 MB in all
+    truncated_header = bytes(good[0])[:-3]
+    with RemoteDataZMQ("tcp://127.0.0.1:*", max_bytes=1 << 20) as df:
+        df.reset_state()
+        context = zmq.Context()
+        sender = context.socket(zmq.PUSH)
+        try:
+            sender.connect(df.endpoints[0])
+            with caplog.at_level(logging.WARNING, logger="inputpipe"):
+                sender.send(b"garbage that is not a message")
+                sender.send(pickle.dumps({"evil": "payload"}))
+                sender.send_multipart([truncated_header, good[1]])
+                sender.send_multipart([good[0], bytes(good[1])[:100]])     # truncated array frame
+                sender.send_multipart(oversized, copy=False)
+                sender.send_multipart(good, copy=False)
+                label, arr = _receive(df, 1)[0]
+            assert label == 7 and (arr == np.arange(5000)).all()
+            assert df.rejected == 5
+            warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+            assert len(warnings) == 5 and all("RemoteDataZMQ dropped a bad message" in w for w in warnings)
+            assert "it looks like a pickle; inputpipe never unpickles" in warnings[1]
+            assert "exceeds the limit of 1048576 bytes" in warnings[4]
+        finally:
+            sender.close(linger=0)
+            context.term()
+
+
+def test_a_frame_above_the_limit_drops_the_connection_and_the_sender_recovers():
+    with RemoteDataZMQ("tcp://127.0.0.1:*", max_bytes=1 << 20) as df:
+        df.reset_state()
+        context = zmq.Context()
+        sender = context.socket(zmq.PUSH)
+        try:
+            sender.connect(df.endpoints[0])
+            sender.send_multipart(serialize.dumps_frames([np.zeros(2 << 20, np.uint8)]), copy=False)
+            deadline, dp = time.monotonic() + TIMEOUT, None
+            while dp is None:            # messages queued while the connection was dropped are lost
+                assert time.monotonic() < deadline, "no datapoint arrived after the oversized frame"
+                sender.send_multipart(serialize.dumps_frames([1, "after"]))
+                dp = df.receive(0.05)
+            assert dp == [1, "after"]
+        finally:
+            sender.close(linger=0)
+            context.term()
+
+
+def test_ipc_socket_file_is_removed_on_close_and_two_addresses_are_served(tmp_path):
+    path_a, path_b = str(tmp_path / "a.sock"), str(tmp_path / "b.sock")
+    df = RemoteDataZMQ("ipc://" + path_a, "ipc://" + path_b, hwm=10)
+    df.reset_state()
+    assert os.path.exists(path_a) and os.path.exists(path_b)
+    senders = [_sender_thread(Indexed(5), "ipc://" + p, num_epochs=1) for p in (path_a, path_b)]
+    points = _receive(df, 10)
+    for sender in senders:
+        sender.join(TIMEOUT)
+    assert sorted(p[0] for p in points) == sorted(list(range(5)) * 2)
+    df.close()
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_sender_can_bind_and_receiver_connect_and_close_stops_iteration_from_another_thread(tmp_path):
+    addr = "ipc://" + str(tmp_path / "s.sock")
+    sender = _sender_thread(Indexed(3), addr, bind=True, num_epochs=1)
+    df = RemoteDataZMQ(addr, bind=False)
+    df.reset_state()
+    received = []
+
+    def consume():
+        for dp in df:
+            received.append(dp[0])
+            if len(received) == 3:
+                df.close()
+
+    consumer = StoppableThread(target=consume, name="test-consumer")
+    consumer.start()
+    consumer.join(TIMEOUT)
+    sender.join(TIMEOUT)
+    assert not consumer.is_alive() and not sender.is_alive()
+    assert received == [0, 1, 2]
+    assert df.receive(0.01) is None          # closed: nothing more, no error
