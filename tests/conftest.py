@@ -7,7 +7,8 @@ import psutil
 import pytest
 
 # Threads and processes that are not ours and live for the whole interpreter.
-_FOREIGN_THREAD_PREFIXES = ("TMonitor", "pydevd", "pytest_timeout", "ThreadPoolExecutor-")
+_FOREIGN_THREAD_PREFIXES = ("pydevd", "pytest_timeout")
+_FOREIGN_THREAD_CLASSES = ("TMonitor",)  # tqdm's process-wide monitor thread
 _FOREIGN_PROCESS_MARKERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 LEAK_GRACE_SECONDS = 3.0
 
@@ -19,6 +20,7 @@ def _our_threads():
         t for t in threading.enumerate()
         if t.is_alive() and t is not threading.main_thread()
         and not t.name.startswith(_FOREIGN_THREAD_PREFIXES)
+        and type(t).__name__ not in _FOREIGN_THREAD_CLASSES
     }
 
 

@@ -230,6 +230,13 @@ def test_loads_is_zero_copy_on_its_input():
     assert loads(data, copy=True).flags.writeable
 
 
+def test_small_inline_arrays_follow_the_writability_of_the_input():
+    data = dumps([np.arange(4), np.arange(10000)])
+    assert [a.flags.writeable for a in loads(data)] == [False, False]
+    assert [a.flags.writeable for a in loads(bytearray(data))] == [True, True]
+    assert [a.flags.writeable for a in loads(data, copy=True)] == [True, True]
+
+
 def test_big_arrays_in_dumps_are_aligned():
     arrs = [np.zeros(3, np.uint8), np.arange(1000, dtype=np.complex128), np.arange(777, dtype=np.float32)]
     got = loads(dumps(arrs))

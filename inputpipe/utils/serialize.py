@@ -319,12 +319,15 @@ _TUPLE_MARK_DECODED = object()
 class _Decoder:
     """Builds the objects of one message; ``ext_hook`` is handed every msgpack ext type."""
 
-    __slots__ = ("frames", "used", "copy", "open_tuple_marks")
+    __slots__ = ("frames", "used", "copy", "copy_inline", "open_tuple_marks")
 
-    def __init__(self, frames: List[memoryview], copy: bool):
+    def __init__(self, frames: List[memoryview], copy: bool, writable_header: bool):
         self.frames = frames
         self.used = [False] * len(frames)
         self.copy = copy
+        # Inline arrays are views of msgpack's (immutable) ext bytes; they are copied when the
+        # message's own memory is writable, so writability never depends on an array's size.
+        self.copy_inline = copy or writable_header
         self.open_tuple_marks = 0  # tuple marks decoded but not (yet) at the head of a list
 
     def unpack(self, data: Any) -> Any:
@@ -379,6 +382,7 @@ class _Decoder:
                 raise WireFormatError("inline array of dtype {} and shape {} needs {} bytes, got {}".format(
                     dtype, shape, nbytes, len(data) - end))
             arr = np.ndarray(shape, dtype=dtype, buffer=data, offset=end, order="F" if order else "C")
+            return arr.copy(order="K") if self.copy_inline else arr
         return arr.copy(order="K") if self.copy else arr
 
     @staticmethod
@@ -459,7 +463,7 @@ def _check_limit(total: int, max_bytes: int, what: str) -> None:
 
 def _decode(body: memoryview, frames: List[memoryview], copy: bool, what: str) -> Any:
     try:
-        return _Decoder(frames, copy).unpack(body)
+        return _Decoder(frames, copy, not body.readonly).unpack(body)
     except WireFormatError as err:
         raise WireFormatError("{}: {}".format(what, err)) from None
     except Exception as err:  # msgpack's own errors, bad UTF-8, unhashable keys, deep nesting
