@@ -19,9 +19,15 @@ from .stats import InputStats
 from .session import HookedSession, hooked_session
 from .feed import PlaceholderInput, FeedInput
 from .queue import QueueInput, BatchQueueInput
+from .staging import StagingInput
+from .dataset import TFDatasetInput
+from .tensor import TensorInput, DummyConstantInput
+from .remap import remap_input_source, RemappedInput
+from .zmq import ZMQInput
 
 __all__ = [
     "InputSource", "InputSourceHook", "InputStepHook", "InputSourceError", "InputStats", "Tower",
     "HookedSession", "hooked_session",
-    "PlaceholderInput", "FeedInput", "QueueInput", "BatchQueueInput",
+    "PlaceholderInput", "FeedInput", "QueueInput", "BatchQueueInput", "StagingInput",
+    "TFDatasetInput", "TensorInput", "DummyConstantInput", "remap_input_source", "RemappedInput", "ZMQInput",
 ]

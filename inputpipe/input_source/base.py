@@ -192,11 +192,21 @@ class InputSource:
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
         pass
 
+    def _last_tower(self) -> Tower:
+        """The :class:`Tower` of the latest ``get_input_tensors()`` call (wrappers delegate)."""
+        return self._towers[-1]
+
     def _source_stat_tensors(self) -> Dict[str, tf.Tensor]:
         """Tensors fetched with every consuming step, e.g. ``{"queue_size": queue.size()}``."""
         return {}
 
     def _set_failure(self, err: BaseException) -> None:
+        """Record a background failure (first one wins), as an InputSourceError naming this source."""
+        if not isinstance(err, InputSourceError):
+            wrapped = InputSourceError("{}: {}: {} (raised while preparing input in a background thread)".format(
+                self.name, type(err).__name__, err))
+            wrapped.__cause__ = err
+            err = wrapped
         with self._failure_lock:
             if self._failure is None:
                 self._failure = err
@@ -210,9 +220,7 @@ class InputSource:
         err = self.failure()
         if err is None:
             return
-        if isinstance(err, InputSourceError):
-            raise InputSourceError(str(err)) from err.__cause__ or err
-        raise InputSourceError("{}: {}: {}".format(self.name, type(err).__name__, err)) from err
+        raise InputSourceError(str(err)) from (err.__cause__ or err)
 
     def _require_setup(self) -> None:
         if self._specs is None:

@@ -7,7 +7,7 @@ training step that then fails to dequeue can report the real cause.
 
 Example::
 
-    thread = EnqueueThread(source, session, coord, datapoints, make_feed, enqueue_op, ...)
+    thread = EnqueueThread(name, session, coord, make_datapoints, make_feed, enqueue_op, ...)
     thread.start()
     ...
     thread.stop(); session.run(cancel_op); thread.join(2)
@@ -37,19 +37,22 @@ def _session_closed(err: BaseException) -> bool:
 class EnqueueThread(StoppableThread):
     """Run ``enqueue_op`` with the feed made from each datapoint until stopped or out of data.
 
+    ``make_datapoints(should_stop)`` makes the datapoint iterator (in the thread);
     ``on_failure(err)`` is called with any error (DataFlow exception, bad datapoint, TF error);
     the queue is then closed with ``cancel_op``. A finite DataFlow's end closes it with
     ``close_op`` (remaining elements can still be dequeued, then ``OutOfRangeError``).
     """
 
-    def __init__(self, owner: str, session: tf.compat.v1.Session, coord: Any, datapoints: Iterator[Any],
+    def __init__(self, owner: str, session: tf.compat.v1.Session, coord: Any,
+                 make_datapoints: Callable[[Callable[[], bool]], Iterator[Any]],
                  make_feed: Callable[[Any], Dict[Any, Any]], enqueue_op: tf.Operation,
                  close_op: tf.Operation, cancel_op: tf.Operation, on_failure: Callable[[BaseException], None]):
         super().__init__(name="{}-EnqueueThread".format(owner))
         self.owner = owner
         self.session = session
         self.coord = coord
-        self.datapoints = datapoints
+        self.make_datapoints = make_datapoints
+        self.datapoints: Optional[Iterator[Any]] = None
         self.make_feed = make_feed
         self.enqueue_op = enqueue_op
         self.close_op = close_op
@@ -65,6 +68,7 @@ class EnqueueThread(StoppableThread):
     def run(self) -> None:
         close = self.cancel_op
         try:
+            self.datapoints = self.make_datapoints(self.should_stop)
             for datapoint in self.datapoints:
                 if self.should_stop():
                     return
@@ -82,7 +86,8 @@ class EnqueueThread(StoppableThread):
             if not _session_closed(err):  # a closed session is a shutdown, not a failure
                 self._fail(err)
         except BaseException as err:
-            self._fail(err)
+            if not self.should_stop():  # anything after a stop request is part of the shutdown
+                self._fail(err)
         finally:
             self._close_queue(close)
             closer = getattr(self.datapoints, "close", None)

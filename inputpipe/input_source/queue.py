@@ -10,7 +10,7 @@ Example::
                   tf.TensorSpec([None], tf.int32, "label")])
     image, label = source.get_input_tensors()
 """
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import tensorflow as tf
 
@@ -91,6 +91,9 @@ class QueueInput(InputSource):
             self._size_op = self.queue.size(name="size")
 
     def _check_queue(self, specs: List[tf.TensorSpec], shapes: List[tf.TensorShape]) -> None:
+        if getattr(self.queue.queue_ref, "graph", None) is not tf.compat.v1.get_default_graph():
+            raise InputSourceError("{}: the queue was created outside the graph being built (eagerly or in "
+                                   "another tf.Graph); create it inside `with graph.as_default():`".format(self.name))
         dtypes = list(self.queue.dtypes)
         if dtypes != [s.dtype for s in specs]:
             raise InputSourceError("{}: the queue holds dtypes {}, but the input signature {} needs {}".format(
@@ -117,6 +120,10 @@ class QueueInput(InputSource):
     def _make_feed(self, datapoint: Any) -> Dict[tf.Tensor, Any]:
         return dict(zip(self._placeholders, self._convert(datapoint)))
 
+    def _datapoints(self, should_stop: Callable[[], bool]) -> Iterator[Any]:
+        """The datapoints to enqueue (run in the feeding thread)."""
+        return iterate_datapoints(self.ds, self.infinite, self.name)
+
     def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
         self._stop(None)
         self._failure = None
@@ -124,7 +131,7 @@ class QueueInput(InputSource):
             self.reset_state()
         self._session = session
         self._thread = EnqueueThread(
-            self.name, session, coord, iterate_datapoints(self.ds, self.infinite, self.name), self._make_feed,
+            self.name, session, coord, self._datapoints, self._make_feed,
             self._enqueue_op, self._close_op, self._cancel_op, self._set_failure)
         if coord is not None:
             coord.register_thread(self._thread)

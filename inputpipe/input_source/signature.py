@@ -133,10 +133,13 @@ class DatapointConverter:
                 if dtype.kind in "SUO" and arr.dtype.kind in "SU":
                     cast = arr.astype(object)
                 if cast is None:
+                    got = describe_value(value)
+                    if not isinstance(value, np.ndarray):
+                        got += " (numpy dtype {})".format(arr.dtype)
                     raise self._error(
                         "component {!r} (#{}): expected dtype {} with shape {}, got {}; converting would lose "
                         "data, so convert it in the DataFlow if that is what you want".format(
-                            name, index, dtype.name, shape, describe_value(value)))
+                            name, index, dtype.name, shape, got))
                 arr = cast
         if not shape.is_compatible_with(arr.shape):
             raise self._error("component {!r} (#{}): expected shape {} (dtype {}), got {}".format(

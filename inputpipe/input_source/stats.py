@@ -136,12 +136,12 @@ class InputStats:
         if self._placeholders:
             return []
         summaries = []
-        with tf.name_scope("input_source_stats"):
-            for stat in self.SCALARS:
+        for stat in self.SCALARS:
+            with tf.name_scope("input_source_stats"):
                 ph = tf.compat.v1.placeholder_with_default(
                     tf.constant(0.0, tf.float32), [], name="{}_{}".format(scope, stat))
-                self._placeholders[stat] = ph
-                summaries.append(tf.compat.v1.summary.scalar("input_source/{}/{}".format(scope, stat), ph))
+            self._placeholders[stat] = ph
+            summaries.append(tf.compat.v1.summary.scalar("input_source/{}/{}".format(scope, stat), ph))
         return summaries
 
     def summary_feeds(self) -> Dict[tf.Tensor, float]:

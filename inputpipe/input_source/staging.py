@@ -1,0 +1,110 @@
+"""StagingInput: keep ``nr_stage`` batches ready in ``StagingArea``\\ s on the training device.
+
+Each tower gets its own ``StagingArea`` on ``device`` (default: the device scope active when
+``get_input_tensors()`` is called). The hook prefills ``nr_stage`` batches when the session
+starts, then adds one stage op to every step that consumes the tower's tensors, so the copy of
+the next batch to the device overlaps the current step. The number of staged batches therefore
+stays ``nr_stage`` (any value >= 1), and a step that fetches nothing depending on the inputs
+neither takes nor stages a batch.
+
+Example::
+
+    source = StagingInput(QueueInput(df), nr_stage=2, device="/gpu:0")
+    source.setup(specs)
+    with tf.device("/gpu:0"):
+        x, y = source.get_input_tensors()
+"""
+import contextlib
+from typing import Any, Dict, List, Optional
+
+import tensorflow as tf
+from tensorflow.python.ops import data_flow_ops
+
+from .base import InputSource, InputSourceHook, Tower
+from .errors import InputSourceError
+
+__all__ = ["StagingInput"]
+
+
+class StagingInput(InputSource):
+    """Wrap ``input`` so each step's batch is already staged on ``device``.
+
+    ``nr_stage`` batches are staged before the first step and stay staged; a step that consumes
+    inputs unstages one and stages the next in the same run. Statistics (queue size, input wait)
+    come from the wrapped source's producing op, fetched in the same run.
+
+    Note: whether a step consumes is decided from the fetches and feeds of the ``run`` call
+    itself; a *different* hook fetching input-dependent tensors in a step whose own fetches do
+    not depend on the inputs is not seen (the staged count would drop by one).
+
+    Example::
+
+        source = StagingInput(QueueInput(df), nr_stage=1, device="/cpu:0")
+        source.setup(specs)
+        x, = source.get_input_tensors()
+        with tf.compat.v1.Session() as sess, source.session(sess) as run:
+            run(train_op)
+    """
+
+    def __init__(self, input: InputSource, nr_stage: int = 1, device: Optional[str] = None):
+        super().__init__()
+        if not isinstance(input, InputSource):
+            raise TypeError("StagingInput wraps an InputSource, got {!r}".format(input))
+        if int(nr_stage) != nr_stage or nr_stage < 1:
+            raise ValueError("StagingInput: nr_stage must be an integer >= 1, got {!r}".format(nr_stage))
+        self._input = input
+        self.nr_stage = int(nr_stage)
+        self._device = device
+        self._areas: List[data_flow_ops.StagingArea] = []
+
+    def reset_state(self) -> None:
+        self._input.reset_state()
+
+    def size(self) -> int:
+        return self._input.size()
+
+    def failure(self) -> Optional[BaseException]:
+        return self._failure or self._input.failure()
+
+    def close(self) -> None:
+        super().close()
+        self._input.close()
+
+    def _setup(self, specs: List[tf.TensorSpec]) -> None:
+        if self._input.setup_done():
+            if [(s.name, s.dtype, s.shape) for s in self._input.input_signature] != [
+                    (s.name, s.dtype, s.shape) for s in specs]:
+                raise InputSourceError("{}: the wrapped {} was set up with a different input signature".format(
+                    self.name, self._input.name))
+        else:
+            self._input.setup(specs)
+
+    def _lifecycle_hooks(self) -> List[tf.compat.v1.train.SessionRunHook]:
+        return self._input._lifecycle_hooks() + [InputSourceHook(self)]
+
+    def _source_stat_tensors(self) -> Dict[str, tf.Tensor]:
+        return self._input._source_stat_tensors()
+
+    def _build_tower(self) -> Tower:
+        inner_tensors = self._input.get_input_tensors()
+        inner = self._input._last_tower()
+        scope = tf.device(self._device) if self._device is not None else contextlib.nullcontext()
+        with scope:
+            area = data_flow_ops.StagingArea([t.dtype for t in inner_tensors],
+                                             shapes=[t.shape for t in inner_tensors])
+            stage_op = area.put(inner_tensors, name="stage")
+            outputs = tf.nest.flatten(area.get(name="unstage"))
+        self._areas.append(area)
+        return Tower(outputs, consume_op=outputs[0].op, run_ops=[stage_op] + inner.run_ops,
+                     stat_tensors=inner.stat_tensors, feed_fn=inner.feed_fn)
+
+    def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
+        """Prefill: stage ``nr_stage`` batches in every tower's area."""
+        for tower in self._towers:
+            for _ in range(self.nr_stage):
+                feeds = tower.feed_fn() if tower.feed_fn is not None else None
+                try:
+                    session.run(tower.run_ops, feed_dict=feeds)
+                except tf.errors.OpError:
+                    self.raise_if_failed()
+                    raise
