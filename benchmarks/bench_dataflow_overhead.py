@@ -97,7 +97,7 @@ def check_same_output(ip_df, tp_df) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=100_000, help="datapoints per epoch")
-    parser.add_argument("--repeats", type=int, default=7, help="timed epochs per library and configuration")
+    parser.add_argument("--repeats", type=int, default=9, help="timed epochs per library and configuration")
     args = parser.parse_args()
 
     tp, workarounds = import_tensorpack()

@@ -198,7 +198,7 @@ class RNGDataFlow(DataFlow):
         self.rng = new_rng(self)
 
 
-def require_rng(flow: RNGDataFlow) -> "np.random.RandomState":
+def require_rng(flow: RNGDataFlow) -> np.random.RandomState:
     """``flow.rng``, or a clear error when ``reset_state()`` was not called yet."""
     if flow.rng is None:
         raise RuntimeError(

@@ -63,6 +63,7 @@ def _check_positive_int(owner: str, name: str, value: Any) -> int:
 # Batching
 # ---------------------------------------------------------------------------------------------
 
+_LIST_AND_TUPLE = frozenset((list, tuple))
 _PYTHON_NUMBER_DTYPES = (np.dtype(bool), np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.complex128))
 
 
@@ -90,11 +91,11 @@ def _batch_numpy(values: Sequence[Any], key: Hashable) -> np.ndarray:
     """Stack numpy arrays / numpy scalars that all have the first one's dtype and shape."""
     first = values[0]
     try:
-        same_dtype = len(set(map(_get_dtype, values))) == 1
+        same_dtype = list(map(_get_dtype, values)).count(first.dtype) == len(values)
         batch = np.asarray(values) if same_dtype else None
     except (AttributeError, ValueError, TypeError):
         batch = None
-    if batch is None or batch.dtype != first.dtype or batch.shape[1:] != first.shape:
+    if batch is None or batch.shape[1:] != first.shape:
         for i, value in enumerate(values):
             if not isinstance(value, (np.ndarray, np.generic)) or value.dtype != first.dtype \
                     or value.shape != first.shape:
@@ -103,37 +104,41 @@ def _batch_numpy(values: Sequence[Any], key: Hashable) -> np.ndarray:
     return batch
 
 
-def _python_kind_ok(value: Any, kind: type) -> bool:
-    if kind is not complex:
-        return isinstance(value, kind)
-    number = isinstance(value, (bool, int, float, complex)) and not isinstance(value, np.generic)
-    return number and (not isinstance(value, int) or -2 ** 63 <= value < 2 ** 63)
+def _is_number(value: Any, allow_numpy: bool) -> bool:
+    """A python bool/int/float/complex (an int within int64), or with ``allow_numpy`` a numpy one."""
+    if isinstance(value, np.generic):
+        return allow_numpy and isinstance(value, (np.number, np.bool_))
+    if not isinstance(value, (bool, int, float, complex)):
+        return False
+    return not isinstance(value, int) or -2 ** 63 <= value < 2 ** 63
 
 
 def _batch_python(values: Sequence[Any], key: Hashable) -> np.ndarray:
     """Batch python scalars: bools -> bool; ints (with bools) -> int64; with a float -> float64;
     with a complex -> complex128; str -> numpy str; bytes -> object array (keeps every byte)."""
     first = values[0]
-    kind = str if isinstance(first, str) else bytes if isinstance(first, bytes) else complex
-    if kind is bytes:
+    if isinstance(first, (str, bytes)):
+        kind = str if isinstance(first, str) else bytes
         for i, value in enumerate(values):
-            if not isinstance(value, bytes):
+            if not isinstance(value, kind):
                 raise _mismatch(key, values, i)
+        if kind is str:
+            return np.asarray(values)
         batch = np.empty(len(values), dtype=object)
         batch[:] = values
         return batch
     try:
         batch = np.asarray(values)
-    except (ValueError, TypeError, OverflowError):
-        batch = None
-    if batch is not None and batch.ndim == 1:
-        if batch.dtype.kind == "U" if kind is str else batch.dtype in _PYTHON_NUMBER_DTYPES:
+        if batch.ndim == 1 and batch.dtype in _PYTHON_NUMBER_DTYPES:
             return batch
-    for i, value in enumerate(values):
-        if not _python_kind_ok(value, kind):
-            raise _mismatch(key, values, i)
-    raise ValueError("BatchData: cannot batch component {!r}: numpy made dtype {} of its values "
-                     "{!r}".format(key, None if batch is None else batch.dtype, list(values)))
+    except (ValueError, TypeError, OverflowError):
+        pass
+    # The culprit is a value that is no number at all or, failing that, a numpy scalar that does not
+    # combine into those dtypes (numpy makes them from any mix of python numbers within int64).
+    bad = next((i for i, v in enumerate(values) if not _is_number(v, allow_numpy=True)), None)
+    if bad is None:
+        bad = next(i for i, v in enumerate(values) if not _is_number(v, allow_numpy=False))
+    raise _mismatch(key, values, bad)
 
 
 def _batch_component(values: Sequence[Any], key: Hashable) -> np.ndarray:
@@ -163,7 +168,8 @@ def _aggregate(holder: List[Any], use_list: bool) -> Union[List[Any], Dict[Any, 
                         "(datapoint 0 of the batch)".format(type(first).__name__))
     size = len(first)
     types = set(map(type, holder))
-    if not all(issubclass(t, (list, tuple)) for t in types) or len(set(map(len, holder))) != 1:
+    sequences = types <= _LIST_AND_TUPLE or all(issubclass(t, (list, tuple)) for t in types)
+    if not sequences or len(set(map(len, holder))) != 1:
         for i, dp in enumerate(holder):
             if not isinstance(dp, (list, tuple)) or len(dp) != size:
                 raise ValueError("BatchData: datapoint {} of the batch has {} but datapoint 0 has {} "
@@ -196,7 +202,8 @@ class BatchData(ProxyDataFlow):
     - numpy arrays and numpy scalars: every datapoint must have exactly the dtype and shape of the
       first one in the batch; the batch has that dtype (nothing is cast).
     - python scalars: bools give ``bool``; ints (with bools) give ``int64``; with any float
-      ``float64``; with any complex ``complex128``; an int outside int64 is an error.
+      ``float64``; with any complex ``complex128``; an int outside int64 is an error (numpy
+      scalars among them are accepted when the result is still one of these dtypes).
     - ``str`` gives a numpy ``str_`` array; ``bytes`` gives an ``object`` array of the bytes.
 
     Anything else, or a mismatch, raises a ValueError (TypeError for an unsupported type) that
@@ -273,7 +280,7 @@ class BatchDataByShape(BatchData):
     """
 
     def __init__(self, ds: DataFlow, batch_size: int, idx: Hashable):
-        super().__init__(ds, batch_size, remainder=True)
+        super().__init__(ds, batch_size)
         self.idx = idx
         self._groups: Dict[Any, List[Any]] = {}
         self._guard = DataFlowReentrantGuard("BatchDataByShape")
@@ -336,7 +343,7 @@ class MapData(ProxyDataFlow):
         func = self.func
         for dp in self.ds:
             # The copy is inlined for lists, the common case: this loop is the hot path.
-            dp = func(dp[:] if type(dp) is list else _shallow_copy(dp))
+            dp = func(dp[:] if dp.__class__ is list else _shallow_copy(dp))
             if dp is not None:
                 yield dp
 
@@ -976,13 +983,16 @@ class TestDataSpeed(ProxyDataFlow):
         from tabulate import tabulate
         from tqdm import tqdm
 
+        class ProgressBar(tqdm):
+            monitor_interval = 0  # no tqdm monitor thread left running after the test
+
         self.ds.reset_state()
         itr = iter(self.ds)
         try:
             for _ in itertools.islice(itr, self.warmup):
                 pass
             count, nbytes = 0, 0
-            with tqdm(total=self.test_size, leave=True, smoothing=0.2, desc="TestDataSpeed") as bar:
+            with ProgressBar(total=self.test_size, leave=True, smoothing=0.2, desc="TestDataSpeed") as bar:
                 started = time.perf_counter()
                 for dp in itertools.islice(itr, self.test_size):
                     nbytes += _array_bytes(dp)

@@ -1,0 +1,237 @@
+"""Tests of BatchData and BatchDataByShape: batching rules, dtypes, lengths and error messages."""
+import numpy as np
+import pytest
+
+from inputpipe.dataflow import (
+    BatchData, BatchDataByShape, DataFlowLengthUnknown, DataFromGenerator, DataFromList, get_length,
+)
+
+
+def flow(items):
+    df = DataFromList(items, shuffle=False)
+    df.reset_state()
+    return df
+
+
+def batches_of(items, batch_size, **kwargs):
+    df = BatchData(flow(items), batch_size, **kwargs)
+    df.reset_state()
+    return list(df)
+
+
+def test_batch_list_datapoints_stacks_each_component():
+    items = [[np.full((2, 3), i, dtype=np.float32), i] for i in range(10)]
+    batches = batches_of(items, 4)
+    assert len(batches) == 2
+    images, labels = batches[1]
+    assert (images.shape, images.dtype) == ((4, 2, 3), np.float32)
+    assert (labels.shape, labels.dtype) == ((4,), np.int64)
+    np.testing.assert_array_equal(images[:, 0, 0], [4, 5, 6, 7])
+    np.testing.assert_array_equal(labels, [4, 5, 6, 7])
+
+
+def test_batch_dict_datapoints():
+    items = [{"x": np.arange(3, dtype=np.int16) + i, "name": "n{}".format(i)} for i in range(4)]
+    (batch,) = batches_of(items, 4)
+    assert set(batch) == {"x", "name"}
+    assert (batch["x"].shape, batch["x"].dtype) == ((4, 3), np.int16)
+    np.testing.assert_array_equal(batch["x"][:, 0], [0, 1, 2, 3])
+    assert batch["name"].dtype.kind == "U" and batch["name"].tolist() == ["n0", "n1", "n2", "n3"]
+
+
+def test_batch_tuple_datapoints_give_a_list():
+    (batch,) = batches_of([(1, 2.0), (3, 4.0)], 2)
+    assert isinstance(batch, list)
+    assert batch[0].tolist() == [1, 3] and batch[1].tolist() == [2.0, 4.0]
+
+
+def test_remainder():
+    items = [[i] for i in range(10)]
+    without = BatchData(flow(items), 4)
+    with_rest = BatchData(flow(items), 4, remainder=True)
+    assert len(without) == 2 and len(with_rest) == 3
+    assert [b[0].tolist() for b in without] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [b[0].tolist() for b in with_rest] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert len(BatchData(flow(items[:8]), 4, remainder=True)) == 2
+
+
+def test_use_list_keeps_values_as_lists():
+    items = [[np.zeros(i + 1), "a" * i] for i in range(3)]  # ragged: fine with use_list
+    (batch,) = batches_of(items, 3, use_list=True)
+    assert [x.shape for x in batch[0]] == [(1,), (2,), (3,)]
+    assert batch[1] == ["", "a", "aa"]
+    (dict_batch,) = batches_of([{"k": [1]}, {"k": [2, 3]}], 2, use_list=True)
+    assert dict_batch == {"k": [[1], [2, 3]]}
+
+
+def test_batch_over_a_flow_without_length():
+    df = BatchData(DataFromGenerator(lambda: ([i] for i in range(7))), 3, remainder=True)
+    df.reset_state()
+    with pytest.raises(DataFlowLengthUnknown, match="BatchData has no length because its input has none"):
+        len(df)
+    assert get_length(df) is None
+    assert [b[0].tolist() for b in list(df)] == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+# --- dtype rules ---------------------------------------------------------------------------------
+
+def test_python_scalar_dtype_rules():
+    (batch,) = batches_of([[True, 1, 1, 1, 1j, b"a\x00"], [False, 2, True, 2.5, 2, b"b"]], 2)
+    assert [c.dtype for c in batch] == [np.bool_, np.int64, np.int64, np.float64, np.complex128, object]
+    assert batch[1].tolist() == [1, 2]
+    assert batch[2].tolist() == [1, 1]
+    assert batch[3].tolist() == [1.0, 2.5]
+    assert batch[5].tolist() == [b"a\x00", b"b"]  # every byte is kept
+
+
+def test_python_ints_do_not_overflow_int32():
+    (batch,) = batches_of([[2 ** 40], [-(2 ** 63)]], 2)
+    assert batch[0].dtype == np.int64 and batch[0].tolist() == [2 ** 40, -(2 ** 63)]
+
+
+def test_numpy_scalars_keep_their_dtype():
+    (batch,) = batches_of([[np.float16(1.5), np.uint8(3)], [np.float16(2), np.uint8(255)]], 2)
+    assert (batch[0].dtype, batch[0].shape) == (np.float16, (2,))
+    assert batch[1].dtype == np.uint8 and batch[1].tolist() == [3, 255]
+
+
+def test_shape_mismatch_names_component_index_and_both_shapes():
+    items = [[np.zeros(3, np.float32), np.zeros((2, 2), np.float32)]] * 3 + \
+            [[np.zeros(3, np.float32), np.zeros((2, 3), np.float32)]]
+    with pytest.raises(ValueError, match=r"^BatchData: cannot batch component 1: datapoint 3 of the batch has "
+                                         r"a numpy array of shape \(2, 3\) and dtype float32 but datapoint 0 has "
+                                         r"a numpy array of shape \(2, 2\) and dtype float32$"):
+        batches_of(items, 4)
+
+
+def test_dtype_mismatch_is_an_error_not_a_silent_cast():
+    items = [{"img": np.zeros(2, np.float32)}, {"img": np.zeros(2, np.float64)}]
+    with pytest.raises(ValueError, match=r"component 'img': datapoint 1 of the batch has a numpy array of shape "
+                                         r"\(2,\) and dtype float64 but datapoint 0 has a numpy array of shape "
+                                         r"\(2,\) and dtype float32"):
+        batches_of(items, 2)
+    # also when numpy's promotion would have given the first dtype
+    with pytest.raises(ValueError, match="dtype int32 but datapoint 0 has .* dtype int64"):
+        batches_of([[np.zeros(2, np.int64)], [np.zeros(2, np.int32)]], 2)
+
+
+def test_numpy_component_with_a_python_value_is_an_error():
+    with pytest.raises(ValueError, match=r"component 0: datapoint 1 of the batch has a python float but "
+                                         r"datapoint 0 has a numpy float32 scalar"):
+        batches_of([[np.float32(1)], [2.0]], 2)
+    with pytest.raises(ValueError, match=r"datapoint 1 of the batch has a python list but datapoint 0 has a "
+                                         r"numpy array of shape \(2,\)"):
+        batches_of([[np.zeros(2)], [[0.0, 0.0]]], 2)
+
+
+def test_python_component_with_a_wrong_type_is_an_error():
+    with pytest.raises(ValueError, match=r"component 0: datapoint 2 of the batch has a python str but "
+                                         r"datapoint 0 has a python int"):
+        batches_of([[1], [2], ["3"]], 3)
+    with pytest.raises(ValueError, match=r"datapoint 1 of the batch has a numpy array of shape \(2,\) and dtype "
+                                         r"float64 but datapoint 0 has a python float"):
+        batches_of([[1.0], [np.zeros(2)]], 2)
+    with pytest.raises(ValueError, match=r"datapoint 1 of the batch has a python str but datapoint 0 has a "
+                                         r"python bytes"):
+        batches_of([[b"a"], ["b"]], 2)
+    with pytest.raises(ValueError, match=r"datapoint 1 of the batch has a python int but datapoint 0 has a "
+                                         r"python str"):
+        batches_of([["a"], [1]], 2)
+
+
+def test_int_outside_int64_is_an_error():
+    with pytest.raises(ValueError, match=r"component 0: datapoint 1 of the batch has the python int "
+                                         r"1180591620717411303424 \(outside int64\) but datapoint 0 has a python int"):
+        batches_of([[1], [2 ** 70]], 2)
+
+
+def test_unsupported_component_type():
+    with pytest.raises(TypeError, match=r"BatchData: cannot batch component 'meta': datapoint 0 of the batch has a "
+                                        r"python dict, which is not a numpy array or a python scalar; convert it to "
+                                        r"a numpy array first, or use use_list=True"):
+        batches_of([{"meta": {}}, {"meta": {}}], 2)
+
+
+def test_structure_errors():
+    with pytest.raises(ValueError, match=r"BatchData: datapoint 1 of the batch has 1 components but datapoint 0 "
+                                         r"has 2 components"):
+        batches_of([[1, 2], [3]], 2)
+    with pytest.raises(ValueError, match=r"datapoint 1 of the batch has no components list \(it is a dict\) but "
+                                         r"datapoint 0 has 2 components"):
+        batches_of([[1, 2], {0: 1, 1: 2}], 2)
+    with pytest.raises(ValueError, match=r"BatchData: datapoint 1 of the batch has keys \['a', 'c'\] but "
+                                         r"datapoint 0 has keys \['a', 'b'\]"):
+        batches_of([{"a": 1, "b": 2}, {"a": 1, "c": 2}], 2)
+    with pytest.raises(ValueError, match=r"datapoint 1 of the batch has no keys \(it is a list\) but datapoint 0 "
+                                         r"has keys \['a'\]"):
+        batches_of([{"a": 1}, [1]], 2)
+    with pytest.raises(TypeError, match=r"BatchData: a datapoint must be a list, tuple or dict, got int "
+                                        r"\(datapoint 0 of the batch\)"):
+        batches_of([1, 2], 2)
+    with pytest.raises(ValueError, match=r"datapoint 1 of the batch has no components list \(it is a int\)"):
+        batches_of([[1], 2], 2)
+
+
+def test_aggregate_batch_is_public_and_rejects_empty():
+    batch = BatchData.aggregate_batch([[1, 2.0], [3, 4.0]])
+    assert batch[0].tolist() == [1, 3] and batch[1].dtype == np.float64
+    assert BatchData.aggregate_batch(((1,), (2,)), use_list=True) == [[1, 2]]
+    with pytest.raises(ValueError, match="BatchData.aggregate_batch: got no datapoints"):
+        BatchData.aggregate_batch([])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "4"])
+def test_batch_size_must_be_a_positive_int(bad):
+    with pytest.raises(ValueError, match="BatchData: batch_size must be a positive int, got {!r}".format(bad)
+                       .replace("(", r"\(").replace(".", r"\.")):
+        BatchData(flow([[1]] * 10), bad)
+
+
+def test_batch_size_larger_than_input_without_remainder():
+    with pytest.raises(ValueError, match=r"BatchData: batch_size=5 is larger than the length of its input \(3\), "
+                                         r"so it would produce no batch; use remainder=True or a smaller batch_size"):
+        BatchData(flow([[1]] * 3), 5)
+    assert len(BatchData(flow([[1]] * 3), 5, remainder=True)) == 1
+
+
+# --- BatchDataByShape -------------------------------------------------------------------------
+
+def test_batch_by_shape_groups_by_the_shape_of_one_component():
+    items = [[np.full(n, i), i] for i, n in enumerate([2, 3, 2, 3, 2, 2, 3])]
+    df = BatchDataByShape(flow(items), 2, idx=0)
+    df.reset_state()
+    batches = list(df)
+    assert [(b[0].shape, b[1].tolist()) for b in batches] == [((2, 2), [0, 2]), ((2, 3), [1, 3]), ((2, 2), [4, 5])]
+    # the incomplete group (item 6) carries over to the next epoch
+    assert [b[1].tolist() for b in df] == [[6, 1], [0, 2], [4, 5], [3, 6]]
+    df.reset_state()  # forgets incomplete groups
+    assert [b[1].tolist() for b in df][0] == [0, 2]
+
+
+def test_batch_by_shape_with_dict_key_has_no_length_and_is_not_reentrant():
+    items = [{"x": np.zeros(1), "y": i} for i in range(4)]
+    df = BatchDataByShape(flow(items), 2, idx="x")
+    df.reset_state()
+    with pytest.raises(DataFlowLengthUnknown, match="BatchDataByShape has no length: it depends on the shapes"):
+        len(df)
+    first = iter(df)
+    assert next(first)["y"].tolist() == [0, 1]
+    with pytest.raises(RuntimeError, match="BatchDataByShape is not re-entrant"):
+        next(iter(df))
+    first.close()
+
+
+def test_numpy_scalars_among_python_numbers():
+    (batch,) = batches_of([[1, 1.0], [np.int64(2), np.float32(0.5)]], 2)
+    assert batch[0].dtype == np.int64 and batch[1].dtype == np.float64
+    assert batch[1].tolist() == [1.0, 0.5]
+
+
+def test_error_points_at_the_value_that_is_not_a_number():
+    with pytest.raises(ValueError, match=r"component 0: datapoint 2 of the batch has a python str but datapoint 0 "
+                                         r"has a python int"):
+        batches_of([[1], [np.int64(2)], ["a"]], 3)
+    if np.dtype(np.longdouble).itemsize > 8:  # long double is float64 on some platforms
+        with pytest.raises(ValueError, match=r"component 0: datapoint 1 of the batch has a numpy {} scalar but "
+                                             r"datapoint 0 has a python float".format(np.dtype(np.longdouble))):
+            batches_of([[1.0], [np.longdouble(2)]], 2)
