@@ -1,15 +1,24 @@
 """Transfer of large batches into the graph: 19 MB uint8 batches (128x224x224x3) from an
 in-memory DataFlow through QueueInput, against single-thread memcpy bandwidth measured in the
-same run and the peer ``tf.data.Dataset.from_generator`` + ``prefetch``. The train step reads
-one element of each batch, so the figure is the bandwidth of the input path alone.
-Writes benchmarks/results/transfer.json.
+same run and the peers ``tf.data.Dataset.from_generator`` + ``prefetch`` and tensorpack 0.11's
+``QueueInput`` (where it works; otherwise the reason is printed and recorded). The train step
+reads one element of each batch, so the figure is the bandwidth of the input path alone.
 
-    python benchmarks/bench_transfer.py [--batches 60]
+The DataFlow cycles over 4 writable numpy batches (16-byte aligned, as numpy makes them):
+QueueInput copies each once into its 64-byte aligned feed buffers, which TF then shares. An
+extra row feeds read-only, 64-byte aligned batches (what zero-copy decoding can give), which
+QueueInput passes through without any copy. The memcpy reference copies one batch into a warm
+buffer. Every row is measured ``--repeats`` times, interleaved; the table shows the median and
+the best. Writes benchmarks/results/transfer.json.
+
+    python benchmarks/bench_transfer.py [--batches 60] [--repeats 5]
 """
 import argparse
 import json
 import os
 import platform
+import statistics
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -18,8 +27,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from inputpipe.dataflow.base import DataFlow  # noqa: E402
 from inputpipe.input_source import QueueInput, StagingInput, hooked_session  # noqa: E402
+from inputpipe.input_source.buffers import ALIGNMENT  # noqa: E402
+import tensorpack_peer  # noqa: E402
 
 SHAPE = (128, 224, 224, 3)
 SPECS = [tf.TensorSpec(SHAPE, tf.uint8, "images")]
@@ -81,6 +93,15 @@ def measure_tf_data(batches, warmup, steps):
         return time_steps(sess.run, fetch, warmup, steps)
 
 
+def measure_tensorpack(batches, warmup, steps):
+    graph = tf.Graph()
+    with graph.as_default():
+        source, (images,) = tensorpack_peer.tensorpack_queue_tensors(InMemoryBatches(batches), SPECS)
+        fetch = images[0, 0, 0, 0]
+    with tf.compat.v1.Session(graph=graph) as sess, tensorpack_peer.run_tensorpack_queue(source, sess):
+        return time_steps(sess.run, fetch, warmup, steps)
+
+
 class SmallQueueInput(QueueInput):
     """QueueInput with an 8-batch queue (150 MB) instead of 50 (950 MB)."""
 
@@ -91,32 +112,72 @@ def small_queue(df):
     return SmallQueueInput(df)
 
 
+def read_only_aligned(batch: np.ndarray) -> np.ndarray:
+    """A read-only copy of ``batch`` at a 64-byte aligned address."""
+    raw = np.empty(batch.nbytes + ALIGNMENT, np.uint8)
+    start = (-raw.ctypes.data) % ALIGNMENT
+    out = raw[start:start + batch.nbytes].view(batch.dtype).reshape(batch.shape)
+    out[...] = batch
+    out.flags.writeable = False
+    return out
+
+
+MEMCPY = "memcpy, 1 thread (reference)"
+TENSORPACK = "tensorpack 0.11 QueueInput (peer)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     batches = [rng.integers(0, 256, SHAPE, dtype=np.uint8) for _ in range(4)]
+    aligned = [read_only_aligned(b) for b in batches]
     nbytes = batches[0].nbytes
-    memcpy = memcpy_seconds(batches[0], 30)
+    tensorpack_missing = tensorpack_peer.unavailable_reason()
+    if tensorpack_missing:
+        print("{}: not measured: {}".format(TENSORPACK, tensorpack_missing), flush=True)
+    methods = [
+        (MEMCPY, lambda: memcpy_seconds(batches[0], 30)),
+        ("QueueInput (capacity 8)", lambda: measure_source(small_queue, batches, args.warmup, args.batches)),
+        ("StagingInput(QueueInput)", lambda: measure_source(
+            lambda df: StagingInput(small_queue(df), nr_stage=1, device="/cpu:0"), batches, args.warmup,
+            args.batches)),
+        ("QueueInput, read-only aligned batches (zero-copy)", lambda: measure_source(
+            small_queue, aligned, args.warmup, args.batches)),
+        ("tf.data from_generator+prefetch (peer)", lambda: measure_tf_data(batches, args.warmup, args.batches)),
+    ]
+    if not tensorpack_missing:
+        methods.append((TENSORPACK, lambda: measure_tensorpack(batches, args.warmup, args.batches)))
+    seconds = {name: [] for name, _ in methods}
+    for repeat in range(args.repeats):
+        for name, measure in methods:
+            seconds[name].append(measure())
+        print("repeat {}: {}".format(repeat + 1, ", ".join(
+            "{} {:.2f} ms".format(name.split(" (")[0], 1e3 * seconds[name][-1]) for name, _ in methods)), flush=True)
+    memcpy_median, memcpy_best = statistics.median(seconds[MEMCPY]), min(seconds[MEMCPY])
     rows, records = [], []
-    entries = [("memcpy, 1 thread (reference)", memcpy)]
-    entries.append(("QueueInput (capacity 8)", measure_source(small_queue, batches, args.warmup, args.batches)))
-    entries.append(("StagingInput(QueueInput)", measure_source(
-        lambda df: StagingInput(small_queue(df), nr_stage=1, device="/cpu:0"), batches, args.warmup, args.batches)))
-    entries.append(("tf.data from_generator+prefetch (peer)", measure_tf_data(batches, args.warmup, args.batches)))
-    for name, seconds in entries:
-        gbps = nbytes / seconds / 1e9
-        ratio = memcpy / seconds
-        records.append({"method": name, "ms_per_batch": seconds * 1e3, "GB_per_s": gbps, "ratio_to_memcpy": ratio})
-        rows.append([name, "{:.2f}".format(seconds * 1e3), "{:.2f}".format(gbps), "{:.2f}".format(ratio)])
-    table = tabulate(rows, headers=["method", "ms / 19 MB batch", "GB/s", "x memcpy"], tablefmt="github")
+    for name, _ in methods:
+        median, best = statistics.median(seconds[name]), min(seconds[name])
+        records.append({"method": name, "ms_per_batch": median * 1e3, "best_ms_per_batch": best * 1e3,
+                        "ms_repeats": [1e3 * t for t in seconds[name]], "GB_per_s": nbytes / median / 1e9,
+                        "ratio_to_memcpy": memcpy_median / median, "best_ratio_to_memcpy": memcpy_best / best})
+        rows.append([name, "{:.2f}".format(median * 1e3), "{:.2f}".format(best * 1e3),
+                     "{:.2f}".format(nbytes / median / 1e9), "{:.2f}".format(memcpy_median / median),
+                     "{:.2f}".format(memcpy_best / best)])
+    if tensorpack_missing:
+        records.append({"method": TENSORPACK, "not_measured": tensorpack_missing})
+        rows.append([TENSORPACK, "n/a", "n/a", "n/a", "n/a", "n/a"])
+    table = tabulate(rows, headers=["method", "ms / 19 MB batch (median)", "best", "GB/s (median)",
+                                    "x memcpy (medians)", "x memcpy (bests)"], tablefmt="github")
     print(table)
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, "w") as f:
         json.dump({"benchmark": "transfer", "machine": platform.platform(), "cpus": os.cpu_count(),
-                   "tensorflow": tf.__version__, "batch_bytes": nbytes, "args": vars(args), "results": records},
+                   "tensorflow": tf.__version__, "numpy": np.__version__, "batch_bytes": nbytes,
+                   "args": vars(args), "tensorpack_not_measured": tensorpack_missing, "results": records},
                   f, indent=2)
     print("wrote", RESULTS)
 

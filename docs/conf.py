@@ -20,7 +20,9 @@ author = "the inputpipe authors"
 copyright = "the inputpipe authors"
 version = release = __version__
 
-extensions = ["myst_parser", "sphinx.ext.autodoc"]
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
@@ -37,7 +39,7 @@ html_title = "inputpipe {}".format(release)
 # The tutorial pages are written by several people; index.md lists every top-level page that
 # exists, in this order first and any other page after it, so a new page is never left out of
 # the navigation (and a page still being written does not break the build).
-TUTORIAL_ORDER = ["dataflow", "parallel", "input_source", "wire_format", "benchmarks"]
+TUTORIAL_ORDER = ["dataflow", "parallel", "dataset_files", "input_source", "wire_format", "benchmarks"]
 PAGES_LISTED_ELSEWHERE = {"index", "getting_started", "migrating"}
 TUTORIALS_MARKER = "TUTORIAL_PAGES"
 
@@ -74,6 +76,12 @@ def _append_undocumented_modules(app, docname, source):
         source[0] = source[0].rstrip("\n") + "\n" + "\n".join(parts)
 
 
+def _always_reread_generated(app, env, added, changed, removed):
+    """index and the API pages depend on which files exist: re-read them on incremental builds."""
+    return ["index"] + sorted(d for d in env.found_docs if d.startswith("api/"))
+
+
 def setup(app):
+    app.connect("env-get-outdated", _always_reread_generated)
     app.connect("source-read", _fill_tutorial_toctree)
     app.connect("source-read", _append_undocumented_modules)

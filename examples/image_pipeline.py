@@ -179,23 +179,27 @@ class DecodeAndAugment:
 
 class DropCorrupt:
     """Map function in the consuming process: drops the markers of corrupt images (returns None),
-    logs a warning naming the file and counts them in ``self.skipped``.
+    logs a warning the first time each file is seen, and counts them: ``skipped`` (datapoints
+    dropped, once per epoch for each bad file) and ``files`` (distinct bad files).
 
     Example::
 
         drop = DropCorrupt()
-        df = MapData(df, drop)       # ... later: drop.skipped
+        df = MapData(df, drop)       # ... later: drop.skipped, len(drop.files)
     """
 
     def __init__(self):
         self.skipped = 0
+        self.files = set()
 
     def __call__(self, dp):
         if int(dp[1]) != CORRUPT_LABEL:
             return dp
         self.skipped += 1
         name = np.asarray(dp[0], dtype=np.uint8).tobytes().decode("utf-8", "replace")
-        log.warning("skipped corrupt image %s (%d so far; pass --on-corrupt fail to stop instead)", name, self.skipped)
+        if name not in self.files:
+            self.files.add(name)
+            log.warning("skipped corrupt image %s (pass --on-corrupt fail to stop instead)", name)
         return None
 
 

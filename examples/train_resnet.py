@@ -19,6 +19,7 @@ TensorBoard summaries (loss, images/s, queue occupancy) go to ``--logdir``.
 import argparse
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -33,7 +34,8 @@ sys.path.insert(1, os.path.dirname(HERE))  # run from a checkout without install
 
 import numpy as np  # noqa: E402
 
-from image_pipeline import DatasetError, DropCorrupt, build_image_dataflow, list_image_folder  # noqa: E402
+from image_pipeline import (  # noqa: E402
+    DatasetError, DropCorrupt, build_image_dataflow, close_dataflow, list_image_folder)
 import synthetic_images  # noqa: E402
 
 INPUTS = ("feed", "queue", "staging", "dataset", "zmq", "dummy")
@@ -120,6 +122,8 @@ def configure(args: argparse.Namespace) -> RunConfig:
         raise DatasetError("--image-size must be at least 16, got {}".format(image_size))
     if args.fake:
         root, data = None, "in-memory random tensors (--fake)"
+    elif args.input == "dummy":
+        root, data = None, "none: DummyConstantInput feeds constant zeros"
     elif args.data:
         root = os.path.abspath(os.path.expanduser(args.data))
         data = "JPEG folder " + root
@@ -158,6 +162,9 @@ def prepare_images(args: argparse.Namespace, cfg: RunConfig):
             print("  done in {:.1f} s".format(time.monotonic() - t0), flush=True)
         images = list_image_folder(root)
     cfg.num_classes = len(images.class_names)
+    if len(images) < cfg.batch_size:
+        raise DatasetError("dataset folder {} has {} images, fewer than one batch of {} (lower --batch-size)".format(
+            images.root, len(images), cfg.batch_size))
     return images
 
 
@@ -194,3 +201,306 @@ def _size_mb(path: str) -> float:
     if os.path.isdir(path):
         return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)) / 1e6
     return os.path.getsize(path) / 1e6
+
+
+# -- data -------------------------------------------------------------------------------------------
+def build_dataflow(args: argparse.Namespace, cfg: RunConfig, images, drop: DropCorrupt):
+    """The batched training DataFlow (file list or LMDB -> workers -> batches)."""
+    if args.lmdb is None:
+        return build_image_dataflow(images.items(), cfg.image_size, cfg.batch_size, num_proc=cfg.workers,
+                                    on_corrupt=cfg.on_corrupt, drop=drop)
+    from inputpipe.dataflow import LMDBSerializer
+
+    path = lmdb_path(args, images)
+    dump_lmdb(images, path)
+    records = LMDBSerializer.load(path, shuffle=True)
+    return build_image_dataflow(None, cfg.image_size, cfg.batch_size, num_proc=cfg.workers,
+                                on_corrupt=cfg.on_corrupt, drop=drop, source=records)
+
+
+def fake_dataflow(cfg: RunConfig):
+    from inputpipe.dataflow import FakeData
+
+    return FakeData([[cfg.batch_size, cfg.image_size, cfg.image_size, 3], [cfg.batch_size]], size=100,
+                    random=False, dtype=["float32", "int32"], domain=[(-1.0, 1.0), (0, cfg.num_classes)])
+
+
+def _produce(rank: int, endpoint: str, items, cfg: RunConfig, error_file: str) -> None:
+    """A zmq producer process: decode, augment and batch in this process, push to the trainer.
+    A dataset error (e.g. a corrupt image with --on-corrupt fail) is written to ``error_file``
+    for the trainer to report as one line."""
+    from inputpipe.dataflow import send_dataflow_zmq
+
+    try:
+        df = build_image_dataflow(items, cfg.image_size, cfg.batch_size, num_proc=0, on_corrupt=cfg.on_corrupt)
+        send_dataflow_zmq(df, endpoint, hwm=4)
+    except DatasetError as err:
+        with open(error_file + ".partial", "w", encoding="utf-8") as f:
+            f.write(str(err))
+        os.rename(error_file + ".partial", error_file)
+        sys.exit(2)
+
+
+class Producers:
+    """``cfg.workers`` (at least 1) producer processes pushing batches to ``endpoint``, and a
+    watchdog thread: when one of them ends, it keeps the reason in ``error`` and closes the
+    InputSource, so the training step waiting for data stops at once instead of hanging."""
+
+    def __init__(self, cfg: RunConfig, items, endpoint: str, tmpdir: str):
+        from inputpipe.utils.workers import WorkerProcesses
+
+        count = max(1, cfg.workers)
+        self._error_files = [os.path.join(tmpdir, "producer-{}.error".format(rank)) for rank in range(count)]
+        self.processes = WorkerProcesses("train_resnet zmq producers", _produce,
+                                         [(endpoint, items, cfg, f) for f in self._error_files])
+        self.error: Optional[BaseException] = None
+        self._watchdog = None
+
+    def start(self) -> None:
+        self.processes.start()
+
+    def watch(self, source) -> None:
+        from inputpipe.utils.concurrency import POLL_INTERVAL, StoppableThread
+
+        def check():
+            while not self._watchdog.wait_stopped(POLL_INTERVAL):
+                for rank, proc in enumerate(self.processes.processes):
+                    if proc.exitcode is not None:
+                        self.error = self._describe(rank)
+                        source.close()
+                        return
+
+        self._watchdog = StoppableThread(target=check, name="train_resnet-producer-watchdog")
+        self._watchdog.start()
+
+    def _describe(self, rank: int) -> BaseException:
+        try:
+            with open(self._error_files[rank], encoding="utf-8") as f:
+                return DatasetError(f.read())
+        except OSError:
+            return self.processes.worker_error(rank)
+
+    def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog.join(2)
+        self.processes.close()
+
+
+# -- graph ----------------------------------------------------------------------------------------
+def make_input_source(cfg: RunConfig, df, endpoint: Optional[str]):
+    import tensorflow as tf
+    from inputpipe import input_source as inputs
+
+    if cfg.input == "feed":
+        return inputs.FeedInput(df)
+    if cfg.input == "queue":
+        return inputs.QueueInput(df)
+    if cfg.input == "staging":
+        return inputs.StagingInput(inputs.QueueInput(df), nr_stage=1)
+    if cfg.input == "dataset":
+        dataset = inputs.TFDatasetInput.dataflow_to_dataset(df, [tf.float32, tf.int32]).repeat().prefetch(4)
+        return inputs.TFDatasetInput(dataset)
+    if cfg.input == "zmq":
+        return inputs.ZMQInput(endpoint, hwm=8, bind=True)
+    return inputs.DummyConstantInput([[cfg.batch_size, cfg.image_size, cfg.image_size, 3], [cfg.batch_size]])
+
+
+class TensorBoardHook:
+    """Writes loss, accuracy, images/s and the InputSource's queue and wait statistics to
+    ``logdir`` every ``every_n`` steps (fetched with the train step, no extra run).
+
+    Built lazily as a ``SessionRunHook`` subclass so this module imports without TensorFlow."""
+
+    def __new__(cls, logdir: str, batch_size: int, every_n: int = 10):
+        import tensorflow as tf
+
+        v1 = tf.compat.v1
+
+        class _Hook(v1.train.SessionRunHook):
+            def begin(self):
+                self.rate = v1.placeholder_with_default(tf.constant(0.0), [], name="images_per_second")
+                v1.summary.scalar("images_per_second", self.rate)
+                self.merged = v1.summary.merge_all()  # after the InputSource's hooks built theirs
+                self.step = v1.train.get_global_step()
+                self.writer = v1.summary.FileWriter(logdir, v1.get_default_graph())
+                self.count, self.last_time, self.last_count = 0, None, 0
+
+            def before_run(self, run_context):
+                self.count += 1
+                if self.count % every_n:
+                    return None
+                now = time.perf_counter()
+                feeds = {}
+                if self.last_time is not None:
+                    feeds[self.rate] = (self.count - self.last_count) * batch_size / (now - self.last_time)
+                self.last_time, self.last_count = now, self.count
+                return v1.train.SessionRunArgs([self.merged, self.step], feed_dict=feeds)
+
+            def after_run(self, run_context, run_values):
+                if run_values.results is not None:
+                    summary, step = run_values.results
+                    self.writer.add_summary(summary, step)
+
+            def end(self, session):
+                self.writer.close()
+
+        return _Hook()
+
+
+def build_graph(cfg: RunConfig, source):
+    import tensorflow as tf
+    from resnet_model import ModelConfig, build_train_graph, count_parameters
+
+    model_cfg = ModelConfig(cfg.model, num_classes=cfg.num_classes, depth=cfg.depth, learning_rate=cfg.learning_rate)
+    source.setup([tf.TensorSpec([cfg.batch_size, cfg.image_size, cfg.image_size, 3], tf.float32, "images"),
+                  tf.TensorSpec([cfg.batch_size], tf.int32, "labels")])
+    images, labels = source.get_input_tensors()
+    graph = build_train_graph(images, labels, model_cfg)
+    tf.compat.v1.summary.scalar("loss", graph.loss)
+    tf.compat.v1.summary.scalar("accuracy", graph.accuracy)
+    return graph, model_cfg.describe(), count_parameters()
+
+
+# -- the run ----------------------------------------------------------------------------------------
+def run(args: argparse.Namespace) -> int:
+    cfg = configure(args)
+    if args.seed is not None:
+        from inputpipe.dataflow import seeding
+
+        seeding.set_global_seed(args.seed)
+    drop = DropCorrupt()
+    images = None
+    if not args.fake and cfg.input != "dummy":
+        images = prepare_images(args, cfg)  # DatasetError here: bad path, empty, no classes
+    producers, endpoint, df = None, None, None
+    tmpdir = tempfile.mkdtemp(prefix="train_resnet-")
+    try:
+        if cfg.input == "zmq":
+            endpoint = "ipc://" + os.path.join(tmpdir, "batches.sock")
+            producers = Producers(cfg, images.items(), endpoint, tmpdir)
+            producers.start()  # fork before TensorFlow builds anything
+        elif cfg.input != "dummy":
+            df = fake_dataflow(cfg) if args.fake else build_dataflow(args, cfg, images, drop)
+        return train_and_report(args, cfg, df, endpoint, producers, drop)
+    finally:
+        if producers is not None:
+            producers.close()
+        if df is not None:
+            close_dataflow(df)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def train_and_report(args, cfg: RunConfig, df, endpoint, producers, drop: DropCorrupt) -> int:
+    import tensorflow as tf
+    from inputpipe.train import train
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.set_random_seed(args.seed if args.seed is not None else 0)
+        source = make_input_source(cfg, df, endpoint)
+        model, model_name, params = build_graph(cfg, source)
+    print("\n".join(["config:"] + ["  " + line for line in cfg.lines(model_name)]
+                    + ["  parameters   {:,}".format(params)]), flush=True)
+    losses: List[float] = []
+
+    def record(step: int, values) -> None:
+        losses.append(float(values["loss"]))
+        if not np.isfinite(losses[-1]):
+            raise FloatingPointError("the loss became {} at step {}; lower --lr".format(losses[-1], step))
+        if (step + 1) % max(1, cfg.steps // 10) == 0 and not args.no_progress:
+            tqdm_write("step {:5d}  loss {:.3f}  (mean of the last {})".format(
+                step + 1, float(np.mean(losses[-max(1, cfg.steps // 10):])), max(1, cfg.steps // 10)))
+
+    if producers is not None:
+        producers.watch(source)
+    try:
+        summary = train(model.train_op, source, cfg.steps, fetches={"loss": model.loss, "acc": model.accuracy},
+                        batch_size=cfg.batch_size, hooks=[TensorBoardHook(cfg.logdir, cfg.batch_size)],
+                        progress=not args.no_progress, callback=record)
+    except Exception:
+        if producers is not None and producers.error is not None:
+            raise producers.error from None
+        raise
+    print(summary_table(cfg, summary, source, losses, drop, producers is not None), flush=True)
+    return 0
+
+
+def tqdm_write(line: str) -> None:
+    from tqdm.auto import tqdm
+
+    tqdm.write(line)
+
+
+def summary_table(cfg: RunConfig, summary, source, losses: List[float], drop: DropCorrupt, remote: bool) -> str:
+    from tabulate import tabulate
+
+    stats = source.stats.summary()
+    step_ms = 1e3 * summary.seconds / max(1, summary.steps)
+    input_bound = summary.stall_fraction >= 0.2
+    tenth = max(1, len(losses) // 10)
+    queue = "-" if summary.mean_queue_size is None else "{:.1f} batches (empty at {:.0f}% of steps)".format(
+        summary.mean_queue_size, 100 * (stats.get("empty_queue_fraction") or 0.0))
+    rows = [
+        ["images/s", "{:.1f}".format(summary.samples_per_second or 0.0)],
+        ["time per step", "{:.1f} ms".format(step_ms)],
+        ["waiting for input", "{:.1f}% of step time ({:.1f} ms per step)".format(
+            100 * summary.stall_fraction, stats["mean_wait_ms"])],
+        ["queue occupancy (mean)", queue],
+        ["input-bound", "yes: add --workers, use --lmdb, or a lighter pipeline" if input_bound else "no"],
+        ["loss (first -> last {} steps)".format(tenth), "{:.3f} -> {:.3f}".format(
+            float(np.mean(losses[:tenth])), float(np.mean(losses[-tenth:])))],
+        ["corrupt images skipped", "counted in the producer processes" if remote else
+         "{} ({} distinct files)".format(drop.skipped, len(drop.files))],
+        ["steps x batch", "{} x {} in {:.1f} s".format(summary.steps, cfg.batch_size, summary.seconds)],
+    ]
+    return "\nsummary ({} input):\n{}".format(cfg.input, tabulate(rows, tablefmt="simple_outline"))
+
+
+class _ReportedByExample(logging.Filter):
+    """Drops the library's log records about dataset errors: the example reports those itself,
+    as one line, when they reach the training loop."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(name in record.getMessage() for name in ("CorruptImageError", "DatasetError"))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_ReportedByExample())
+    try:
+        return run(args)
+    except DatasetError as err:
+        print("error: {}".format(err), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # a DatasetError raised in a worker arrives wrapped: find it
+        cause = _dataset_error_in(err)
+        if cause is None:
+            raise
+        print("error: {}".format(cause), file=sys.stderr)
+        return 2
+
+
+def _dataset_error_in(err: BaseException) -> Optional[str]:
+    """The message of a DatasetError/CorruptImageError somewhere in ``err``'s chain or text
+    (errors from worker processes cross the process boundary as text)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, DatasetError):
+            return str(err)
+        for line in str(err).splitlines()[::-1]:
+            for name in ("CorruptImageError: ", "DatasetError: "):
+                if name in line:
+                    return line.split(name, 1)[1].strip()
+        err = err.__cause__ or err.__context__
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

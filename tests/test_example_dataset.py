@@ -156,7 +156,9 @@ def test_corrupt_image_fails_or_is_dropped_and_counted(tmp_path):
     assert drop(marker) is None
     good = [np.zeros((2, 2, 3), np.float32), np.int32(1)]
     assert drop(good) is good
-    assert drop.skipped == 1
+    assert drop(marker) is None
+    assert drop.skipped == 2
+    assert drop.files == {str(bad)}
     with pytest.raises(ValueError, match="on_corrupt must be 'skip' or 'fail'"):
         DecodeAndAugment(16, on_corrupt="ignore")
 

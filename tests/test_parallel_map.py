@@ -1,9 +1,12 @@
 """Tests of the parallel maps: exactly-once, order, filtering, failures, start methods, batching."""
+import gc
 import os
 import signal
+import threading
 import time
 
 import numpy as np
+import psutil
 import pytest
 
 from inputpipe.dataflow import (
@@ -156,3 +159,36 @@ def test_thread_alias_and_argument_checks():
         MultiProcessMapData(Indexed(3), 0, fail_on_13)
     with pytest.raises(ValueError, match="buffer_size must be an int >= 1"):
         MultiThreadMapData(Indexed(3), 2, fail_on_13, buffer_size=0)
+
+
+@pytest.mark.parametrize("how", ["close", "gc", "exception"])
+@pytest.mark.parametrize("cls", [MultiThreadMapData, MultiProcessMapData])
+def test_every_worker_of_a_map_is_gone_within_2s(cls, how):
+    df = cls(Indexed(1000), 2, image_of, strict=True, buffer_size=20)
+    df.reset_state()
+    it = iter(df)
+    next(it)
+    pids = list(getattr(df, "worker_pids", []))
+    prefix = type(df).__name__ + "-thread-"
+    assert len(pids) == 2 or len([t for t in threading.enumerate() if t.name.startswith(prefix)]) == 2
+    start = time.monotonic()
+    if how == "close":
+        df.close()
+    elif how == "gc":
+        del df, it
+        gc.collect()
+    else:
+        with pytest.raises(ZeroDivisionError):
+            with df:
+                next(it)
+                1 / 0
+    while pids and any(_alive(pid) for pid in pids) or any(t.name.startswith(prefix) for t in threading.enumerate()):
+        assert time.monotonic() - start < 2.0, "workers still running after 2 s"
+        time.sleep(0.02)
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

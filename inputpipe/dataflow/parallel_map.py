@@ -19,6 +19,7 @@ Example::
         for image, label in df:
             ...
 """
+import collections
 import queue
 import traceback
 import weakref
@@ -30,6 +31,7 @@ from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import WorkerError
 from ..utils.workers import WorkerPool
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, get_length
+from .common import BatchData
 from .parallel import _check_positive, _stop_threads
 
 __all__ = [
@@ -64,6 +66,7 @@ class _ParallelMapBase(ProxyDataFlow):
         self._seq_at_restart = 0                 # continuous mode: seq when the source last restarted
         self._next_yield = 0
         self._pending: Dict[int, Any] = {}       # ordered mode: answers waiting for their turn
+        self._ready = collections.deque()        # answers due to be yielded, in order
         self._started = False
         self._closed = False
 
@@ -82,7 +85,7 @@ class _ParallelMapBase(ProxyDataFlow):
 
     def _fill(self, restart_source: bool) -> None:
         """Send source datapoints to workers while fewer than ``buffer_size`` are in flight."""
-        while sum(self._in_flight) + len(self._pending) < self.buffer_size:
+        while sum(self._in_flight) + len(self._pending) + len(self._ready) < self.buffer_size:
             if self._source is None:
                 return
             try:
@@ -100,8 +103,8 @@ class _ParallelMapBase(ProxyDataFlow):
             self._epoch_in_flight += 1
             self._next_seq += 1
 
-    def _answers(self) -> Iterator[Any]:
-        """Wait for the next answer of this epoch; yields the results now due (maybe None)."""
+    def _collect(self) -> None:
+        """Wait up to one poll interval for an answer; move the results now due to ``_ready``."""
         got = self._receive(POLL_INTERVAL)
         if got is None:
             return
@@ -111,12 +114,12 @@ class _ParallelMapBase(ProxyDataFlow):
             return                                 # left over from an abandoned strict epoch
         self._epoch_in_flight -= 1
         if not self.ordered:
-            yield result
+            self._ready.append(result)
             return
         self._pending[seq] = result
         while self._next_yield in self._pending:
+            self._ready.append(self._pending.pop(self._next_yield))
             self._next_yield += 1
-            yield self._pending.pop(self._next_yield - 1)
 
     def __iter__(self) -> Iterator[Any]:
         if self._closed or not self._started:
@@ -129,15 +132,18 @@ class _ParallelMapBase(ProxyDataFlow):
         self._epoch += 1
         self._epoch_in_flight = 0
         self._pending.clear()
+        self._ready.clear()
         self._next_yield = self._next_seq
         self._source = iter(self.ds)
         while True:
+            while self._ready:
+                result = self._ready.popleft()
+                if result is not None:
+                    yield result
             self._fill(restart_source=False)
             if self._source is None and self._epoch_in_flight == 0 and not self._pending:
                 return
-            for result in self._answers():
-                if result is not None:
-                    yield result
+            self._collect()
 
     def _iter_continuous(self) -> Iterator[Any]:
         size = get_length(self)
@@ -146,11 +152,14 @@ class _ParallelMapBase(ProxyDataFlow):
             self._seq_at_restart = self._next_seq
         answered = 0
         while size is None or answered < size:
-            self._fill(restart_source=True)
-            for result in self._answers():
+            if self._ready:
                 answered += 1
+                result = self._ready.popleft()
                 if result is not None:
                     yield result
+                continue
+            self._fill(restart_source=True)
+            self._collect()
 
     def __enter__(self):
         return self
@@ -163,21 +172,7 @@ def _apply(map_func: Callable, batch_size: Optional[int], task: Any) -> Any:
     if batch_size is None:
         return map_func(task)
     mapped = [m for m in (map_func(dp) for dp in task) if m is not None]
-    return _stack(mapped) if mapped else None
-
-
-def _stack(datapoints: List[Any]) -> Any:
-    """Stack a list of datapoints (lists/tuples or dicts) component-wise into one batch."""
-    first = datapoints[0]
-    if isinstance(first, dict):
-        return {key: _stack_component([dp[key] for dp in datapoints]) for key in first}
-    return [_stack_component([dp[i] for dp in datapoints]) for i in range(len(first))]
-
-
-def _stack_component(values: List[Any]) -> Any:
-    if isinstance(values[0], (np.ndarray, np.generic, int, float, bool)):
-        return np.stack([np.asarray(v) for v in values])
-    return values
+    return BatchData.aggregate_batch(mapped) if mapped else None
 
 
 # ------------------------------------------------------------------------------------- threads
@@ -346,8 +341,8 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
 
     Each task is ``batch_size`` consecutive source datapoints (an incomplete last group of an
     epoch is dropped, like ``BatchData(..., remainder=False)``); the worker maps them, drops
-    ``None`` results and stacks the rest component-wise (numbers and arrays with ``np.stack``,
-    anything else into a list), so only whole batches cross the process boundary.
+    ``None`` results and stacks the rest as ``BatchData`` does, so only whole batches cross the
+    process boundary.
 
     Args:
         buffer_size: datapoints in flight; default ``3 * batch_size * num_proc``.

@@ -18,7 +18,7 @@ Example::
 """
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -200,6 +200,26 @@ class InputSource:
         """Tensors fetched with every consuming step, e.g. ``{"queue_size": queue.size()}``."""
         return {}
 
+    def _claim_batch(self, timeout: float) -> Optional[bool]:
+        """Reserve the next batch for a run of this source's producing op (used by wrappers that
+        must not start a run whose producing op could fail at the end of the data, e.g.
+        :class:`StagingInput`). True: the op will get a batch (it is queued or will surely come);
+        False: the data has ended, the op would raise ``OutOfRangeError``; None: not known
+        within ``timeout`` seconds (ask again). Sources without an end of data return True."""
+        return True
+
+    def _step_plan(self, indices: List[int]) -> List[Tuple[List[Any], Dict[str, tf.Tensor], Optional[Callable[[], Dict[Any, Any]]]]]:
+        """What a step consuming towers ``indices`` adds, per tower: ``(run_ops, stat_tensors,
+        feed_fn)``. May raise ``tf.errors.OutOfRangeError`` to end the data before the run."""
+        return [(self._towers[i].run_ops, self._towers[i].stat_tensors, self._towers[i].feed_fn) for i in indices]
+
+    def _step_done(self) -> None:
+        """The consuming step planned last (:meth:`_step_plan`) ran successfully."""
+
+    def _step_failed(self, session: tf.compat.v1.Session) -> None:
+        """The consuming step planned last raised instead of finishing: resynchronise any state
+        kept in Python about it (``session`` is free to run)."""
+
     def _set_failure(self, err: BaseException) -> None:
         """Record a background failure (first one wins), as an InputSourceError naming this source."""
         if not isinstance(err, InputSourceError):
@@ -268,26 +288,25 @@ class InputStepHook(tf.compat.v1.train.SessionRunHook):
 
     def before_run(self, run_context):
         source = self.source
+        if self._step is not None:        # the previous consuming run raised: after_run never came
+            self._step = None
+            source._step_failed(run_context.session)
         source.raise_if_failed()
         args = run_context.original_args
         executed = self._deps.executed_ops(args.fetches, args.feed_dict)
         consumed = [i for i, t in enumerate(source._towers) if any(op in executed for op in t.consume_ops)]
         feeds = source.stats.summary_feeds()
-        self._step = None
         if not consumed:
             return tf.compat.v1.train.SessionRunArgs(None, feed_dict=feeds or None)
         start = time.perf_counter()
-        python_wait = 0.0
         fetches = {"ops": [], "stats": [], "source": source._source_stat_tensors()}
-        for i in consumed:
-            tower = source._towers[i]
-            if tower.feed_fn is not None:
-                t0 = time.perf_counter()
-                feeds.update(tower.feed_fn())
-                python_wait += time.perf_counter() - t0
-            fetches["ops"].extend(tower.run_ops)
-            fetches["stats"].append(tower.stat_tensors)
-        self._step = (start, python_wait)
+        for run_ops, stat_tensors, feed_fn in source._step_plan(consumed):
+            if feed_fn is not None:
+                feeds.update(feed_fn())
+            fetches["ops"].extend(run_ops)
+            fetches["stats"].append(stat_tensors)
+        # the time spent here (preparing feeds, waiting for a batch to be sure) is input wait
+        self._step = (start, time.perf_counter() - start)
         return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds or None)
 
     def after_run(self, run_context, run_values) -> None:
@@ -295,6 +314,7 @@ class InputStepHook(tf.compat.v1.train.SessionRunHook):
             return
         start, python_wait = self._step
         self._step = None
+        self.source._step_done()
         results = run_values.results
         waits = [s.get("wait", 0.0) for s in results["stats"]]
         wait = python_wait + (max(waits) if waits else 0.0)

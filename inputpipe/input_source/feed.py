@@ -61,12 +61,16 @@ class FeedInput(InputSource):
         self.ds = ds
         self.infinite = infinite
         self._iterator = None
+        self._claimed_feed: Optional[Dict[tf.Tensor, Any]] = None
+        self._claims_ended = False    # a claim met the end: stays ended until reset_state()
         self._reset_done = False
 
     def reset_state(self) -> None:
         self.ds.reset_state()
         self._reset_done = True
         self._iterator = None
+        self._claimed_feed = None
+        self._claims_ended = False
 
     def size(self) -> int:
         n = get_length(self.ds)
@@ -79,7 +83,20 @@ class FeedInput(InputSource):
         self._convert = DatapointConverter(specs, self.name)
 
     def _build_tower(self) -> Tower:
-        return Tower(list(self._placeholders), consume_op=[p.op for p in self._placeholders], feed_fn=self._next_feed)
+        return Tower(list(self._placeholders), consume_op=[p.op for p in self._placeholders], feed_fn=self._take_feed)
+
+    def _claim_batch(self, timeout: float) -> Optional[bool]:
+        """Read the next datapoint ahead (kept for the next feed); False at the end of the data."""
+        if self._claimed_feed is None and not self._claims_ended:
+            try:
+                self._claimed_feed = self._next_feed()
+            except tf.errors.OutOfRangeError:
+                self._claims_ended = True
+        return self._claimed_feed is not None
+
+    def _take_feed(self) -> Dict[tf.Tensor, Any]:
+        feed, self._claimed_feed = self._claimed_feed, None
+        return feed if feed is not None else self._next_feed()
 
     def _next_feed(self) -> Dict[tf.Tensor, Any]:
         if not self._reset_done:
@@ -100,6 +117,8 @@ class FeedInput(InputSource):
         return dict(zip(self._placeholders, self._convert(datapoint)))
 
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
+        self._claimed_feed = None
+        self._claims_ended = False
         iterator, self._iterator = self._iterator, None
         if iterator is not None:
             iterator.close()

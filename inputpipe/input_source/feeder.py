@@ -12,6 +12,7 @@ Example::
     ...
     thread.stop(); session.run(cancel_op); thread.join(2)
 """
+import threading
 from typing import Any, Callable, Dict, Iterator, Optional
 
 import tensorflow as tf
@@ -41,6 +42,10 @@ class EnqueueThread(StoppableThread):
     ``on_failure(err)`` is called with any error (DataFlow exception, bad datapoint, TF error);
     the queue is then closed with ``cancel_op``. A finite DataFlow's end closes it with
     ``close_op`` (remaining elements can still be dequeued, then ``OutOfRangeError``).
+
+    ``enqueued`` (datapoints enqueued so far) and ``finished`` (the DataFlow ended and nothing
+    more will be enqueued) change under the ``progress`` condition, which is notified on each
+    change and when the thread ends, so a consumer can wait for "one more, or the end".
     """
 
     def __init__(self, owner: str, session: tf.compat.v1.Session, coord: Any,
@@ -60,6 +65,7 @@ class EnqueueThread(StoppableThread):
         self.on_failure = on_failure
         self.enqueued = 0
         self.finished = False
+        self.progress = threading.Condition()
         self._options = tf.compat.v1.RunOptions(timeout_in_ms=ENQUEUE_TIMEOUT_MS)
 
     def should_stop(self) -> bool:
@@ -74,11 +80,15 @@ class EnqueueThread(StoppableThread):
                     return
                 if not self._enqueue(self.make_feed(datapoint)):
                     return
-                self.enqueued += 1
+                with self.progress:
+                    self.enqueued += 1
+                    self.progress.notify_all()
             if not self.should_stop():
                 logger.info("%s: the DataFlow ended after %d datapoints; closing the queue", self.owner, self.enqueued)
-                self.finished = True
                 close = self.close_op
+                with self.progress:
+                    self.finished = True
+                    self.progress.notify_all()
         except _SHUTDOWN_ERRORS + (tf.errors.OutOfRangeError,) as err:
             if not self.should_stop():
                 self._fail(err)
@@ -90,6 +100,8 @@ class EnqueueThread(StoppableThread):
                 self._fail(err)
         finally:
             self._close_queue(close)
+            with self.progress:
+                self.progress.notify_all()    # waiters re-check is_alive()
             closer = getattr(self.datapoints, "close", None)
             if closer is not None:
                 try:

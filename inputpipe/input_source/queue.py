@@ -10,13 +10,16 @@ Example::
                   tf.TensorSpec([None], tf.int32, "label")])
     image, label = source.get_input_tensors()
 """
+import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import tensorflow as tf
 
 from ..dataflow.base import get_length
+from ..utils.concurrency import POLL_INTERVAL
 from ..utils.logger import get_logger
 from .base import InputSource, Tower, timed_input
+from .buffers import AlignedFeedBuffers
 from .errors import InputSourceError
 from .feeder import EnqueueThread
 from ._iteration import iterate_datapoints
@@ -49,6 +52,8 @@ class QueueInput(InputSource):
     """
 
     default_capacity = 50
+    #: feed buffers kept beyond the queue's capacity (batches being staged, run or released)
+    spare_feed_buffers = 8
 
     def __init__(self, ds: Any, queue: Optional[tf.queue.QueueBase] = None, *, infinite: bool = True):
         super().__init__()
@@ -56,6 +61,9 @@ class QueueInput(InputSource):
         self.queue = queue
         self.infinite = infinite
         self._thread: Optional[EnqueueThread] = None
+        self._buffers: Optional[AlignedFeedBuffers] = None
+        self._max_feed_buffers = 64
+        self._claimed = 0            # datapoints reserved by _claim_batch() in this session
         self._session = None
         self._reset_done = False
 
@@ -84,6 +92,7 @@ class QueueInput(InputSource):
                                   for s, shape in zip(specs, shapes)]
             if self.queue is None:
                 self.queue = self._make_queue(specs)
+                self._max_feed_buffers = self.default_capacity + self.spare_feed_buffers
             self._check_queue(specs, shapes)
             self._enqueue_op = self.queue.enqueue(self._placeholders, name="enqueue")
             self._close_op = self.queue.close(cancel_pending_enqueues=False, name="close")
@@ -116,9 +125,43 @@ class QueueInput(InputSource):
     def _source_stat_tensors(self) -> Dict[str, tf.Tensor]:
         return {"queue_size": self._size_op}
 
+    def _claim_unit(self) -> int:
+        """Datapoints one dequeue takes while the queue is open."""
+        return 1
+
+    def _claim_batch(self, timeout: float) -> Optional[bool]:
+        """With ``infinite=False``, count the batches the feeding thread enqueued against those
+        already claimed, so a claimed dequeue never meets the closed end of the queue."""
+        if self.infinite:
+            return True
+        thread = self._thread
+        if thread is None:
+            raise InputSourceError("{}: the source is not running (no session started it, or it was "
+                                   "closed)".format(self.name))
+        unit = self._claim_unit()
+        deadline = time.monotonic() + timeout
+        with thread.progress:
+            while True:
+                available = thread.enqueued - self._claimed
+                if available >= unit or (thread.finished and available > 0):
+                    self._claimed += min(unit, available)     # the last batch may be partial
+                    return True
+                if thread.finished:
+                    return False
+                if not thread.is_alive():
+                    self.raise_if_failed()
+                    raise InputSourceError("{}: the feeding thread stopped after {} datapoints, before the end "
+                                           "of the data".format(self.name, thread.enqueued))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                thread.progress.wait(min(remaining, POLL_INTERVAL))
+
     # -- session -------------------------------------------------------------------------------
     def _make_feed(self, datapoint: Any) -> Dict[tf.Tensor, Any]:
-        return dict(zip(self._placeholders, self._convert(datapoint)))
+        # large components go into aligned buffers that TF shares instead of copying (buffers.py)
+        prepare = self._buffers.prepare
+        return {ph: prepare(arr) for ph, arr in zip(self._placeholders, self._convert(datapoint))}
 
     def _datapoints(self, should_stop: Callable[[], bool]) -> Iterator[Any]:
         """The datapoints to enqueue (run in the feeding thread)."""
@@ -130,6 +173,8 @@ class QueueInput(InputSource):
         if not self._reset_done:
             self.reset_state()
         self._session = session
+        self._claimed = 0
+        self._buffers = AlignedFeedBuffers(self._max_feed_buffers * len(self._specs))
         self._thread = EnqueueThread(
             self.name, session, coord, self._datapoints, self._make_feed,
             self._enqueue_op, self._close_op, self._cancel_op, self._set_failure)
@@ -201,6 +246,9 @@ class BatchQueueInput(QueueInput):
         if self.queue.shapes is None or not all(tf.TensorShape(s).is_fully_defined() for s in self.queue.shapes):
             raise InputSourceError("{}: the queue must be created with fully defined shapes (one datapoint "
                                    "each) so that batches can be dequeued".format(self.name))
+
+    def _claim_unit(self) -> int:
+        return self.batch_size
 
     def _dequeue(self) -> List[tf.Tensor]:
         if self.infinite:

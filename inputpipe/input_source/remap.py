@@ -72,6 +72,9 @@ class RemappedInput(InputSource):
     def _source_stat_tensors(self) -> Dict[str, tf.Tensor]:
         return self._input._source_stat_tensors()
 
+    def _claim_batch(self, timeout: float) -> Optional[bool]:
+        return self._input._claim_batch(timeout)
+
     def _setup(self, specs: List[tf.TensorSpec]) -> None:
         by_name = {s.name: s for s in specs}
         missing = [n for n in self._names if n not in by_name]

@@ -7,6 +7,12 @@ the next batch to the device overlaps the current step. The number of staged bat
 stays ``nr_stage`` (any value >= 1), and a step that fetches nothing depending on the inputs
 neither takes nor stages a batch.
 
+Finite data loses nothing: the hook counts the staged batches in Python and adds the stage op
+to a step only when the wrapped source has *claimed* a batch for it (``_claim_batch``: the
+batch is queued or surely coming). At the end of the data the steps only unstage, and once
+nothing is staged the hook raises ``tf.errors.OutOfRangeError`` itself, before the run, so no
+failing dequeue ever throws away a batch unstaged in the same run.
+
 Example::
 
     source = StagingInput(QueueInput(df), nr_stage=2, device="/gpu:0")
@@ -15,11 +21,12 @@ Example::
         x, y = source.get_input_tensors()
 """
 import contextlib
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 from tensorflow.python.ops import data_flow_ops
 
+from ..utils.concurrency import POLL_INTERVAL
 from .base import InputSource, InputSourceHook, Tower
 from .errors import InputSourceError
 
@@ -33,9 +40,15 @@ class StagingInput(InputSource):
     inputs unstages one and stages the next in the same run. Statistics (queue size, input wait)
     come from the wrapped source's producing op, fetched in the same run.
 
+    With a finite wrapped source (``QueueInput(ds, infinite=False)``, ``BatchQueueInput``,
+    ``FeedInput``), every batch reaches a step exactly once and in order, then the step raises
+    ``tf.errors.OutOfRangeError`` (a clean stop in ``MonitoredTrainingSession``).
+
     Note: whether a step consumes is decided from the fetches and feeds of the ``run`` call
     itself; a *different* hook fetching input-dependent tensors in a step whose own fetches do
-    not depend on the inputs is not seen (the staged count would drop by one).
+    not depend on the inputs is not seen (the staged count would drop by one). After a step
+    that raised, the staged counts are re-read from the areas (one extra run); a batch whose
+    dequeue ran in a failed step is not retried.
 
     Example::
 
@@ -56,6 +69,9 @@ class StagingInput(InputSource):
         self.nr_stage = int(nr_stage)
         self._device = device
         self._areas: List[data_flow_ops.StagingArea] = []
+        self._area_sizes: List[tf.Tensor] = []
+        self._staged: List[int] = []                  # batches staged per tower (Python's count)
+        self._planned: List[Tuple[int, bool]] = []    # (tower, restaged?) of the running step
 
     def reset_state(self) -> None:
         self._input.reset_state()
@@ -94,17 +110,55 @@ class StagingInput(InputSource):
                                              shapes=[t.shape for t in inner_tensors])
             stage_op = area.put(inner_tensors, name="stage")
             outputs = tf.nest.flatten(area.get(name="unstage"))
+            self._area_sizes.append(area.size(name="staged"))
         self._areas.append(area)
         return Tower(outputs, consume_op=outputs[0].op, run_ops=[stage_op] + inner.run_ops,
                      stat_tensors=inner.stat_tensors, feed_fn=inner.feed_fn)
 
+    def _claim(self) -> bool:
+        """Wait until the wrapped source knows whether one more batch comes (see ``_claim_batch``)."""
+        while True:
+            claimed = self._input._claim_batch(POLL_INTERVAL)
+            if claimed is not None:
+                return claimed
+            self.raise_if_failed()
+
     def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
-        """Prefill: stage ``nr_stage`` batches in every tower's area."""
-        for tower in self._towers:
+        """Prefill: stage up to ``nr_stage`` batches in every tower's area (fewer if the data ends)."""
+        self._staged = [0] * len(self._towers)
+        self._planned = []
+        for index, tower in enumerate(self._towers):
             for _ in range(self.nr_stage):
+                if not self._claim():
+                    break
                 feeds = tower.feed_fn() if tower.feed_fn is not None else None
                 try:
                     session.run(tower.run_ops, feed_dict=feeds)
                 except tf.errors.OpError:
                     self.raise_if_failed()
                     raise
+                self._staged[index] += 1
+
+    def _step_plan(self, indices: List[int]) -> List[Tuple[List[Any], Dict[str, tf.Tensor], Any]]:
+        """Unstage in every consuming tower; restage where the wrapped source claimed a batch."""
+        empty = [i for i in indices if self._staged[i] == 0]
+        if empty:
+            self.raise_if_failed()
+            raise tf.errors.OutOfRangeError(None, None, "{}: end of data: every staged batch was consumed (tower {})"
+                                            .format(self.name, empty[0]))
+        plans, self._planned = [], []
+        for i in indices:
+            tower = self._towers[i]
+            restage = self._claim()
+            self._planned.append((i, restage))
+            plans.append((tower.run_ops, tower.stat_tensors, tower.feed_fn) if restage else ([], {}, None))
+        return plans
+
+    def _step_done(self) -> None:
+        for i, restage in self._planned:
+            self._staged[i] += int(restage) - 1
+        self._planned = []
+
+    def _step_failed(self, session: tf.compat.v1.Session) -> None:
+        self._planned = []
+        self._staged = [int(n) for n in session.run(self._area_sizes)]

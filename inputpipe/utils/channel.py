@@ -4,9 +4,10 @@ Datapoints travel in the wire format of :mod:`inputpipe.utils.serialize` (a msgp
 raw array frames); nothing is pickled. Small datapoints go through the pipe. Large array frames
 are written once, by the worker, into a shared-memory segment owned by that worker's channel;
 the parent builds its numpy arrays directly on that memory (zero copy) and the region is handed
-back to the worker when the last of those arrays is garbage-collected. When the segment has no
-free region (e.g. the consumer keeps many batches alive), frames go through the pipe instead,
-so a consumer that holds on to data slows the channel down but never blocks it.
+back to the worker when the last of those arrays is garbage-collected. When the segment is full
+the worker waits briefly for the consumer to drop old arrays; if it keeps them (e.g.
+``list(df)``), frames go through the pipe instead, so a consumer that holds on to data slows
+the channel down but never blocks it.
 
 The segment is a file in ``/dev/shm`` that the parent unlinks as soon as the worker has mapped
 it (or on close), so no file is left behind.
@@ -23,6 +24,7 @@ import multiprocessing.connection
 import os
 import queue
 import tempfile
+import time
 import traceback
 import weakref
 from typing import Any, List, Optional, Tuple
@@ -41,6 +43,9 @@ logger = get_logger(__name__)
 DEFAULT_SHM_BYTES = 96 << 20
 #: Datapoints whose array frames total less than this go through the pipe.
 SHM_MIN_BYTES = 64 << 10
+#: How long a worker waits for the consumer to free shared memory before using the pipe.
+SHM_WAIT_SECONDS = 0.1
+_SHM_POLL_SECONDS = 0.0005
 _MAX_REGIONS = 64
 _ALIGN = 64
 _FLAGS_BYTES = _MAX_REGIONS
@@ -124,7 +129,7 @@ class WorkerEnd:
                 self._mm = mmap.mmap(f.fileno(), _FLAGS_BYTES + self._capacity)
             self._flags = np.frombuffer(self._mm, np.uint8, count=_MAX_REGIONS)
         self._regions = {}          # region id -> (offset, size), as far as this side knows
-        self._next_offset = 0
+        self._consumer_keeps_arrays = False
         self._reader = None
         self._send_control({"k": _HELLO, "pid": os.getpid()})
 
@@ -137,21 +142,30 @@ class WorkerEnd:
             del self._regions[rid]
         if len(self._regions) >= _MAX_REGIONS or size > self._capacity:
             return None
-        used = sorted(self._regions.values())
-        for start in (self._next_offset, 0):
-            pos = start
-            for off, n in used:
-                if off + n <= pos:
-                    continue
-                if off >= pos + size:
-                    break
-                pos = off + n
-            if pos + size <= self._capacity:
-                rid = next(r for r in range(_MAX_REGIONS) if r not in self._regions)
-                self._regions[rid] = (pos, size)
-                self._next_offset = pos + size
-                return rid, pos
+        # first fit from the start: recently freed memory is reused first, while still in cache
+        pos = 0
+        for off, n in sorted(self._regions.values()):
+            if off >= pos + size:
+                break
+            pos = max(pos, off + n)
+        if pos + size <= self._capacity:
+            rid = next(r for r in range(_MAX_REGIONS) if r not in self._regions)
+            self._regions[rid] = (pos, size)
+            return rid, pos
         return None
+
+    def _allocate_waiting(self, size: int) -> Optional[Tuple[int, int]]:
+        """Like :meth:`_allocate`, but when the segment is full wait up to ``SHM_WAIT_SECONDS``
+        for the consumer to drop old arrays. If it does not (it keeps them), stop waiting until
+        a region is free again: the pipe is used meanwhile."""
+        slot = self._allocate(size)
+        if slot is None and not self._consumer_keeps_arrays and size <= self._capacity:
+            deadline = time.monotonic() + SHM_WAIT_SECONDS
+            while slot is None and time.monotonic() < deadline:
+                time.sleep(_SHM_POLL_SECONDS)
+                slot = self._allocate(size)
+        self._consumer_keeps_arrays = slot is None
+        return slot
 
     def send_datapoint(self, obj: Any) -> int:
         """Send one datapoint; returns the number of array bytes it carried."""
@@ -159,7 +173,7 @@ class WorkerEnd:
         payload = [memoryview(f).cast("B") for f in frames[1:]]
         lengths = [p.nbytes for p in payload]
         total = sum(_aligned(n) for n in lengths)
-        slot = self._allocate(total) if self._mm is not None and total >= SHM_MIN_BYTES else None
+        slot = self._allocate_waiting(total) if self._mm is not None and total >= SHM_MIN_BYTES else None
         control = {"k": _DATA, "h": bytes(frames[0]), "len": lengths, "r": -1, "o": 0}
         if slot is None:
             self._send_control(control)
@@ -168,8 +182,8 @@ class WorkerEnd:
         else:
             rid, base = slot
             pos = _FLAGS_BYTES + base
-            for part in payload:
-                self._mm[pos:pos + part.nbytes] = part
+            for part in payload:          # np.copyto releases the GIL while it copies
+                np.copyto(np.frombuffer(self._mm, np.uint8, part.nbytes, pos), np.frombuffer(part, np.uint8))
                 pos += _aligned(part.nbytes)
             self._flags[rid] = 1
             control["r"], control["o"] = rid, base

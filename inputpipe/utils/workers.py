@@ -3,24 +3,33 @@
 :class:`WorkerProcesses` starts ``num`` processes running ``target(rank, *args)`` and owns them:
 
 - **start methods**: ``fork`` (the default on Linux, as in tensorpack), ``forkserver`` or
-  ``spawn``; for the last two the arguments are pickled first, and a clear error says what could
-  not be pickled;
+  ``spawn``; for the last two :class:`WorkerPool` pickles the target and arguments first, and a
+  clear error says what could not be pickled;
 - **in the worker**: :func:`inputpipe.dataflow.seeding.enter_worker` gets the rank and the parent's
   global seed; SIGINT is ignored (the parent handles Ctrl-C and stops its workers); the worker
   dies with its parent through ``prctl(PR_SET_PDEATHSIG)`` (Linux, set through ctypes) plus a
   watchdog thread that notices when the parent process is gone;
-- **in the parent**: :meth:`WorkerProcesses.check` turns a dead worker into a
-  :class:`~inputpipe.utils.errors.WorkerError` naming its pid and exit code or signal;
+- **in the parent**: a worker that ended becomes a :class:`~inputpipe.utils.errors.WorkerError`
+  naming its pid and exit code or signal (:meth:`WorkerProcesses.worker_error`);
   :meth:`WorkerProcesses.close` (also run on garbage collection and at interpreter exit)
   terminates, then kills, and reaps every worker within about a second.
 
+:class:`WorkerPool` adds a :mod:`~inputpipe.utils.channel` to each worker: it is what the
+parallel DataFlows use.
+
 Example::
 
-    def work(rank, conn):
-        conn.send_bytes(b"hello from %d" % rank)
+    def serve(rank, end, scale):
+        while True:
+            command = end.receive_command(timeout=0.05)
+            if command is not None:
+                end.send_datapoint([command * scale])
 
-    with WorkerProcesses("Demo", work, [(w,) for w in writers], start_method="spawn") as procs:
-        ...
+    pool = WorkerPool("Demo", serve, num=2, args=(10,), start_method="spawn")
+    pool.start()
+    pool.send(0, 4)
+    ...                               # pool.receive(0.05) -> (0, [40]) once it is there
+    pool.close()
 """
 import ctypes
 import multiprocessing as mp
@@ -124,7 +133,7 @@ class WorkerProcesses:
 
         procs = WorkerProcesses("MyRunner", serve, [(conn_a,), (conn_b,)], start_method="fork")
         procs.start()
-        procs.check()          # raises WorkerError if a worker died
+        wait(procs.sentinels, timeout=0.05)   # readable when a worker ends
         procs.close()
     """
 
@@ -135,14 +144,12 @@ class WorkerProcesses:
         self._target = target
         self._args = [tuple(a) for a in args_per_worker]
         self.processes: List[mp.Process] = []
-        self._finalizer = None
+        self._finalizer = weakref.finalize(self, _stop_processes, self.processes)
 
     def start(self) -> None:
-        """Start every worker (pickling check first for ``spawn``/``forkserver``)."""
+        """Start every worker."""
         from ..dataflow import seeding
 
-        if self.start_method != "fork":
-            _check_picklable(self.component, self.start_method, [self._target] + list(self._args))
         ctx = mp.get_context(self.start_method)
         in_main_thread = threading.current_thread() is threading.main_thread()
         parent_pid = None if self.start_method == "forkserver" else os.getpid()
@@ -153,9 +160,8 @@ class WorkerProcesses:
                 name="{}-worker-{}".format(self.component, rank),
                 daemon=True,
             )
-            proc.start()
             self.processes.append(proc)
-        self._finalizer = weakref.finalize(self, _stop_processes, list(self.processes))
+            proc.start()
         logger.debug("%s started %d %s workers: pids %s", self.component, len(self.processes),
                      self.start_method, self.pids)
 
@@ -177,25 +183,14 @@ class WorkerProcesses:
         return WorkerError(self.component, "worker {}".format(rank), proc.pid,
                            proc.exitcode, remote_traceback, reason)
 
-    def check(self) -> None:
-        """Raise :class:`WorkerError` if any worker has ended."""
-        for rank, proc in enumerate(self.processes):
-            if proc.exitcode is not None or not proc.is_alive():
-                raise self.worker_error(rank)
-
     def close(self) -> None:
         """Stop every worker: SIGTERM, then SIGKILL after a short grace period; reap them all."""
         if self._finalizer is not None:
             self._finalizer()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
 
 def _stop_processes(processes: List[mp.Process]) -> None:
+    processes = [proc for proc in processes if proc.pid is not None]    # started ones
     for proc in processes:
         if proc.exitcode is None:
             try:
@@ -254,8 +249,12 @@ class WorkerPool:
         return self._procs.pids if self._procs else []
 
     def start(self) -> None:
+        """Check that the target and arguments can be pickled (``spawn``/``forkserver``), make
+        the channels and start the workers."""
         from . import channel
 
+        if self._start_method != "fork":
+            _check_picklable(self.component, self._start_method, (self._target,) + self._args)
         ends, specs = zip(*(channel.open_channel(self.component, self._shm_bytes) for _ in range(self.num)))
         self._ends = list(ends)
         procs = WorkerProcesses(self.component, _serve_channel,
