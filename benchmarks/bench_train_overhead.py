@@ -9,16 +9,18 @@ batch 64, momentum SGD, batch norm updates), trained in TF1 graph mode on the CP
 * ``FeedInput(df)``: ``feed_dict`` every step (the slow baseline);
 * ``TFDatasetInput`` over ``tf.data.Dataset.from_generator`` on the same DataFlow, prefetching.
 
-Every source runs through its hooks in a plain session (``hooked_session``). Each is measured
-``--repeats`` times, interleaved. Other load on the machine can only slow a run down, so the
-best run of each is the headline figure (the median is shown beside it); ratios are to the dummy
-input. Goal: StagingInput(QueueInput) >= 0.97x the dummy throughput.
+Every source has its own graph and session and runs through its hooks (``hooked_session``).
+All are built first, then trained in short interleaved rounds (``--steps-per-round`` steps each,
+the order rotating every round), so load from elsewhere on the machine hits all of them alike.
+Reported: total images/s, its ratio to the dummy input, and the median over rounds of the ratio
+to the same round's dummy run. Goal: StagingInput(QueueInput) >= 0.97x the dummy throughput.
 
     pip install -e ".[tf-cpu,bench]" && python benchmarks/bench_train_overhead.py
 
 Prints a table and writes ``benchmarks/results/train_overhead.json``.
 """
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -75,70 +77,89 @@ LABELS = {
 }
 
 
-def images_per_second(kind: str, batches, warmup: int, steps: int, depth: int) -> float:
-    graph = tf.Graph()
-    with graph.as_default():
-        source = make_source(kind, batches)
-        source.setup([tf.TensorSpec([BATCH, SIZE, SIZE, 3], tf.float32, "images"),
-                      tf.TensorSpec([BATCH], tf.int32, "labels")])
-        images, labels = source.get_input_tensors()
-        model = build_train_graph(images, labels, ModelConfig("cifar", depth=depth, num_classes=CLASSES))
-        init = v1.global_variables_initializer()
-    with v1.Session(graph=graph) as sess:
+class Trainee:
+    """One input source with its own graph, session and hooks, ready to run steps."""
+
+    def __init__(self, kind: str, batches, depth: int, stack: contextlib.ExitStack):
+        self.kind = kind
+        graph = tf.Graph()
+        with graph.as_default():
+            source = make_source(kind, batches)
+            source.setup([tf.TensorSpec([BATCH, SIZE, SIZE, 3], tf.float32, "images"),
+                          tf.TensorSpec([BATCH], tf.int32, "labels")])
+            images, labels = source.get_input_tensors()
+            self.train_op = build_train_graph(images, labels, ModelConfig("cifar", depth=depth,
+                                                                          num_classes=CLASSES)).train_op
+            init = v1.global_variables_initializer()
+        sess = stack.enter_context(v1.Session(graph=graph))
         sess.run(init)
-        with hooked_session(sess, source) as run:
+        self.run = stack.enter_context(hooked_session(sess, source))
+        self.seconds, self.steps, self.round_rates = 0.0, 0, []
+
+    def timed_steps(self, steps: int) -> None:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            self.run(self.train_op)
+        elapsed = time.perf_counter() - t0
+        self.seconds += elapsed
+        self.steps += steps
+        self.round_rates.append(steps * BATCH / elapsed)
+
+    @property
+    def images_per_second(self) -> float:
+        return self.steps * BATCH / self.seconds
+
+
+def measure(kinds, batches, depth: int, warmup: int, rounds: int, steps_per_round: int):
+    """Run every source's steps in short interleaved rounds (rotating the order), so load from
+    elsewhere on the machine hits all of them alike."""
+    with contextlib.ExitStack() as stack:
+        trainees = [Trainee(kind, batches, depth, stack) for kind in kinds]
+        for trainee in trainees:
             for _ in range(warmup):
-                run(model.train_op)
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                run(model.train_op)
-            elapsed = time.perf_counter() - t0
-    return steps * BATCH / elapsed
+                trainee.run(trainee.train_op)
+        for r in range(rounds):
+            for i in range(len(trainees)):
+                trainees[(i + r) % len(trainees)].timed_steps(steps_per_round)
+        return {t.kind: (t.images_per_second, t.round_rates) for t in trainees}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=50, help="timed steps per measurement")
+    parser.add_argument("--rounds", type=int, default=30, help="interleaved rounds")
+    parser.add_argument("--steps-per-round", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--depth", type=int, default=14, help="depth of the CIFAR-style ResNet")
     parser.add_argument("--inputs", nargs="+", default=list(LABELS), choices=list(LABELS))
     args = parser.parse_args()
+    kinds = ["dummy"] + [k for k in args.inputs if k != "dummy"]
 
-    batches = in_memory_batches()
-    measured = {kind: [] for kind in args.inputs}
-    for repeat in range(args.repeats):
-        for kind in args.inputs:
-            speed = images_per_second(kind, batches, args.warmup, args.steps, args.depth)
-            measured[kind].append(speed)
-            print("repeat {}  {:<48} {:8.1f} images/s".format(repeat + 1, LABELS[kind], speed), flush=True)
-
-    best = {kind: max(v) for kind, v in measured.items()}
-    median = {kind: statistics.median(v) for kind, v in measured.items()}
+    results = measure(kinds, in_memory_batches(), args.depth, args.warmup, args.rounds, args.steps_per_round)
+    dummy_rate, dummy_rounds = results["dummy"]
     rows, records = [], []
-    for kind in args.inputs:
-        ratio = best[kind] / best["dummy"] if "dummy" in best else None
-        median_ratio = median[kind] / median["dummy"] if "dummy" in median else None
-        rows.append([LABELS[kind], "{:.1f}".format(best[kind]), "{:.1f}".format(1e3 * BATCH / best[kind]),
-                     "{:.3f}x".format(ratio) if ratio else "-", "{:.1f}".format(median[kind]),
-                     "{:.3f}x".format(median_ratio) if median_ratio else "-"])
-        records.append({"input": kind, "label": LABELS[kind], "images_per_s_best": best[kind],
-                        "images_per_s_median": median[kind], "images_per_s_runs": measured[kind],
-                        "ratio_to_dummy_best": ratio, "ratio_to_dummy_median": median_ratio})
+    for kind in kinds:
+        rate, rounds = results[kind]
+        # the same round's dummy run is the fairest reference under changing load
+        paired = statistics.median(r / d for r, d in zip(rounds, dummy_rounds))
+        rows.append([LABELS[kind], "{:.1f}".format(rate), "{:.1f}".format(1e3 * BATCH / rate),
+                     "{:.3f}x".format(rate / dummy_rate), "{:.3f}x".format(paired)])
+        records.append({"input": kind, "label": LABELS[kind], "images_per_s": rate,
+                        "ratio_to_dummy": rate / dummy_rate, "median_round_ratio_to_dummy": paired,
+                        "images_per_s_per_round": rounds})
     headers = ["input (ResNet-{} CIFAR-style, batch {}, {}x{})".format(args.depth, BATCH, SIZE, SIZE),
-               "images/s (best of {})".format(args.repeats), "ms/step", "vs DummyConstantInput",
-               "images/s (median)", "vs dummy (median)"]
-    print()
+               "images/s", "ms/step", "vs DummyConstantInput", "median per-round ratio"]
     print(tabulate(rows, headers=headers, tablefmt="github"))
-    if "dummy" in best and "staging" in best:
-        ratio = best["staging"] / best["dummy"]
+    staging = [r for r in records if r["input"] == "staging"]
+    if staging:
+        ratio = staging[0]["ratio_to_dummy"]
         print("\nStagingInput(QueueInput) reaches {:.3f}x the dummy throughput (goal >= 0.97x): {}".format(
             ratio, "met" if ratio >= 0.97 else "NOT met"))
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     out = os.path.join(HERE, "results", "train_overhead.json")
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"benchmark": "train_overhead", "model": "cifar ResNet-{}".format(args.depth), "batch": BATCH,
-                   "image_size": SIZE, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
+                   "image_size": SIZE, "rounds": args.rounds, "steps_per_round": args.steps_per_round,
+                   "warmup": args.warmup,
                    "cpu_count": os.cpu_count(), "python": platform.python_version(),
                    "tensorflow": tf.__version__, "results": records}, f, indent=1)
     print("wrote", os.path.relpath(out, REPO))

@@ -162,8 +162,8 @@ class DecodeAndAugment:
         width, height = image.size
         if min(width, height) != self.resize_to:
             scale = self.resize_to / min(width, height)
-            image = image.resize((max(self.resize_to, round(width * scale)), max(self.resize_to, round(height * scale))),
-                                 Image.BILINEAR)
+            new_size = (max(self.resize_to, round(width * scale)), max(self.resize_to, round(height * scale)))
+            image = image.resize(new_size, Image.BILINEAR)
             width, height = image.size
         rng = self._random()
         c = self.crop_size

@@ -99,7 +99,8 @@ def batch_norm(name: str, x: tf.Tensor, training: bool, zero_init: bool = False)
     """
     channels = int(x.shape[-1])
     with v1.variable_scope(name):
-        gamma = v1.get_variable("gamma", [channels], initializer=v1.zeros_initializer() if zero_init else v1.ones_initializer())
+        gamma_init = v1.zeros_initializer() if zero_init else v1.ones_initializer()
+        gamma = v1.get_variable("gamma", [channels], initializer=gamma_init)
         beta = v1.get_variable("beta", [channels], initializer=v1.zeros_initializer())
         moving_mean = v1.get_variable("mean/EMA", [channels], initializer=v1.zeros_initializer(), trainable=False)
         moving_var = v1.get_variable("variance/EMA", [channels], initializer=v1.ones_initializer(), trainable=False)
@@ -155,7 +156,8 @@ def resnet_logits(images: tf.Tensor, config: ModelConfig, training: bool = True)
             n = (config.depth - 2) // 6
             x = tf.nn.relu(batch_norm("conv0_bn", conv2d("conv0", images, config.width, 3), training))
             for i, multiplier in enumerate((1, 2, 4)):
-                x = _stage("group{}".format(i), x, basic_block, config.width * multiplier, n, 1 if i == 0 else 2, training)
+                stride = 1 if i == 0 else 2
+                x = _stage("group{}".format(i), x, basic_block, config.width * multiplier, n, stride, training)
         else:
             kind, counts = _IMAGENET_STAGES[config.variant]
             block = basic_block if kind == "basic" else bottleneck_block

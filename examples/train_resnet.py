@@ -8,7 +8,7 @@ the graph through QueueInput + StagingInput, trains a small CIFAR-style ResNet w
 and prints a summary: images/s, time per step, the share of the step spent waiting for input,
 queue occupancy and whether training was input-bound.
 
-    python examples/train_resnet.py                          # defaults: about 2-3 minutes on 2 cores
+    python examples/train_resnet.py                          # defaults: about 2 minutes on 2 cores
     python examples/train_resnet.py --data ~/imagenet/train --model resnet50 --image-size 224
     python examples/train_resnet.py --input feed             # the slow baseline, to compare
     python examples/train_resnet.py --lmdb                   # dump to LMDB once, train from it
@@ -33,6 +33,10 @@ sys.path.insert(0, HERE)
 sys.path.insert(1, os.path.dirname(HERE))  # run from a checkout without installing
 
 import numpy as np  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+# TensorFlow is imported only where the graph is built: a bad dataset path is reported at once,
+# and the zmq producer processes are forked before TensorFlow starts any thread.
 
 from image_pipeline import (  # noqa: E402
     DatasetError, DropCorrupt, build_image_dataflow, close_dataflow, list_image_folder)
@@ -67,9 +71,11 @@ class RunConfig:
             "data         {}".format(self.data),
             "input        {} ({} decode worker process{})".format(
                 self.input, self.workers, "" if self.workers == 1 else "es"),
-            "training     {} steps x batch {}, momentum SGD lr {}".format(self.steps, self.batch_size, self.learning_rate),
-            "corrupt      {} ; TensorBoard logdir {}".format(
-                "skip with a warning" if self.on_corrupt == "skip" else "stop with an error", self.logdir),
+            "training     {} steps x batch {}, momentum SGD lr {}".format(
+                self.steps, self.batch_size, self.learning_rate),
+            "corrupt      {} (--on-corrupt)".format(
+                "skip with a warning" if self.on_corrupt == "skip" else "stop with an error"),
+            "logdir       {} (TensorBoard)".format(self.logdir),
         ]
 
 
@@ -96,7 +102,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--depth", type=int, default=14, help="depth of the cifar variant (6n+2)")
     p.add_argument("--image-size", type=int, help="crop size (default 32 for cifar, 224 otherwise)")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--steps", type=int, default=800)
     p.add_argument("--lr", type=float, default=0.1, help="learning rate (momentum 0.9)")
     p.add_argument("--logdir", default=os.path.join(tempfile.gettempdir(), "train_resnet_logs"),
                    help="TensorBoard summaries")
@@ -110,6 +116,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
             p.error("--{} must be >= 1".format(name.replace("_", "-")))
     if args.workers < 0:
         p.error("--workers must be >= 0")
+    if args.image_size is not None and args.image_size < 16:
+        p.error("--image-size must be at least 16")
     if args.input == "zmq" and args.fake:
         p.error("--input zmq sends the image pipeline from producer processes; use it without --fake")
     return args
@@ -118,8 +126,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def configure(args: argparse.Namespace) -> RunConfig:
     """Fill in defaults that depend on other flags."""
     image_size = args.image_size or (32 if args.model == "cifar" else 224)
-    if image_size < 16:
-        raise DatasetError("--image-size must be at least 16, got {}".format(image_size))
     if args.fake:
         root, data = None, "in-memory random tensors (--fake)"
     elif args.input == "dummy":
@@ -140,10 +146,14 @@ def configure(args: argparse.Namespace) -> RunConfig:
     )
 
 
+def stored_size(crop_size: int) -> int:
+    """Size of the generated images: a quarter larger than the crop, so random crops move."""
+    return int(round(crop_size * 1.25))
+
+
 def synthetic_dataset_dir(args: argparse.Namespace, image_size: int) -> str:
-    stored = int(round(image_size * 1.25))
     name = "synthetic-v{}-{}c-{}x{}px".format(synthetic_images.GENERATOR_VERSION, args.num_classes,
-                                              args.images_per_class, stored)
+                                              args.images_per_class, stored_size(image_size))
     return os.path.join(os.path.abspath(os.path.expanduser(args.cache_dir)), name)
 
 
@@ -152,13 +162,12 @@ def prepare_images(args: argparse.Namespace, cfg: RunConfig):
     if args.data:
         images = list_image_folder(cfg.data_root)
     else:
-        root = cfg.data_root
-        if not synthetic_images.is_complete(root, args.num_classes, args.images_per_class,
-                                            int(round(cfg.image_size * 1.25))):
+        root, size = cfg.data_root, stored_size(cfg.image_size)
+        if not synthetic_images.is_complete(root, args.num_classes, args.images_per_class, size):
             print("generating {} x {} JPEG images into {} (first run only) ...".format(
                 args.num_classes, args.images_per_class, root), flush=True)
             t0 = time.monotonic()
-            synthetic_images.generate(root, args.num_classes, args.images_per_class, int(round(cfg.image_size * 1.25)))
+            synthetic_images.generate(root, args.num_classes, args.images_per_class, size)
             print("  done in {:.1f} s".format(time.monotonic() - t0), flush=True)
         images = list_image_folder(root)
     cfg.num_classes = len(images.class_names)
@@ -306,46 +315,41 @@ def make_input_source(cfg: RunConfig, df, endpoint: Optional[str]):
     return inputs.DummyConstantInput([[cfg.batch_size, cfg.image_size, cfg.image_size, 3], [cfg.batch_size]])
 
 
-class TensorBoardHook:
-    """Writes loss, accuracy, images/s and the InputSource's queue and wait statistics to
-    ``logdir`` every ``every_n`` steps (fetched with the train step, no extra run).
+def tensorboard_hook(logdir: str, batch_size: int, rate: "tf.Tensor", every_n: int = 10):
+    """A ``SessionRunHook`` writing every summary (loss, accuracy, images/s fed into ``rate``, and
+    the InputSource's queue size and input wait) to ``logdir`` every ``every_n`` steps, fetched
+    with the train step (no extra run)."""
+    import tensorflow as tf
 
-    Built lazily as a ``SessionRunHook`` subclass so this module imports without TensorFlow."""
+    v1 = tf.compat.v1
 
-    def __new__(cls, logdir: str, batch_size: int, every_n: int = 10):
-        import tensorflow as tf
+    class TensorBoardHook(v1.train.SessionRunHook):
+        def begin(self):
+            self.merged = v1.summary.merge_all()  # after the InputSource's hooks built theirs
+            self.step = v1.train.get_global_step()
+            self.writer = v1.summary.FileWriter(logdir, v1.get_default_graph())
+            self.count, self.last_time, self.last_count = 0, None, 0
 
-        v1 = tf.compat.v1
-
-        class _Hook(v1.train.SessionRunHook):
-            def begin(self):
-                self.rate = v1.placeholder_with_default(tf.constant(0.0), [], name="images_per_second")
-                v1.summary.scalar("images_per_second", self.rate)
-                self.merged = v1.summary.merge_all()  # after the InputSource's hooks built theirs
-                self.step = v1.train.get_global_step()
-                self.writer = v1.summary.FileWriter(logdir, v1.get_default_graph())
-                self.count, self.last_time, self.last_count = 0, None, 0
-
-            def before_run(self, run_context):
-                self.count += 1
-                if self.count % every_n:
-                    return None
-                now = time.perf_counter()
-                feeds = {}
-                if self.last_time is not None:
-                    feeds[self.rate] = (self.count - self.last_count) * batch_size / (now - self.last_time)
+        def before_run(self, run_context):
+            now = time.perf_counter()
+            self.count += 1
+            if self.last_time is None:  # the rate is measured from the start of the first step
                 self.last_time, self.last_count = now, self.count
-                return v1.train.SessionRunArgs([self.merged, self.step], feed_dict=feeds)
+            if self.count % every_n or self.count == self.last_count:
+                return None
+            feeds = {rate: (self.count - self.last_count) * batch_size / (now - self.last_time)}
+            self.last_time, self.last_count = now, self.count
+            return v1.train.SessionRunArgs([self.merged, self.step], feed_dict=feeds)
 
-            def after_run(self, run_context, run_values):
-                if run_values.results is not None:
-                    summary, step = run_values.results
-                    self.writer.add_summary(summary, step)
+        def after_run(self, run_context, run_values):
+            if run_values.results is not None:
+                summary, step = run_values.results
+                self.writer.add_summary(summary, step)
 
-            def end(self, session):
-                self.writer.close()
+        def end(self, session):
+            self.writer.close()
 
-        return _Hook()
+    return TensorBoardHook()
 
 
 def build_graph(cfg: RunConfig, source):
@@ -357,9 +361,12 @@ def build_graph(cfg: RunConfig, source):
                   tf.TensorSpec([cfg.batch_size], tf.int32, "labels")])
     images, labels = source.get_input_tensors()
     graph = build_train_graph(images, labels, model_cfg)
-    tf.compat.v1.summary.scalar("loss", graph.loss)
-    tf.compat.v1.summary.scalar("accuracy", graph.accuracy)
-    return graph, model_cfg.describe(), count_parameters()
+    with tf.name_scope("train"):
+        tf.compat.v1.summary.scalar("loss", graph.loss)
+        tf.compat.v1.summary.scalar("accuracy", graph.accuracy)
+        rate = tf.compat.v1.placeholder_with_default(0.0, [], name="images_per_second_value")
+        tf.compat.v1.summary.scalar("images_per_second", rate)
+    return graph, rate, model_cfg.describe(), count_parameters()
 
 
 # -- the run ----------------------------------------------------------------------------------------
@@ -399,25 +406,27 @@ def train_and_report(args, cfg: RunConfig, df, endpoint, producers, drop: DropCo
     with graph.as_default():
         tf.compat.v1.set_random_seed(args.seed if args.seed is not None else 0)
         source = make_input_source(cfg, df, endpoint)
-        model, model_name, params = build_graph(cfg, source)
+        model, rate, model_name, params = build_graph(cfg, source)
     print("\n".join(["config:"] + ["  " + line for line in cfg.lines(model_name)]
                     + ["  parameters   {:,}".format(params)]), flush=True)
     losses: List[float] = []
+    window = max(1, cfg.steps // 10)
 
     def record(step: int, values) -> None:
         losses.append(float(values["loss"]))
         if not np.isfinite(losses[-1]):
-            raise FloatingPointError("the loss became {} at step {}; lower --lr".format(losses[-1], step))
-        if (step + 1) % max(1, cfg.steps // 10) == 0 and not args.no_progress:
-            tqdm_write("step {:5d}  loss {:.3f}  (mean of the last {})".format(
-                step + 1, float(np.mean(losses[-max(1, cfg.steps // 10):])), max(1, cfg.steps // 10)))
+            raise FloatingPointError("the loss became {} at step {}; lower --lr".format(losses[-1], step + 1))
+        if (step + 1) % window == 0:
+            tqdm.write("step {:5d}  loss {:.3f}  (mean of the last {})".format(
+                step + 1, float(np.mean(losses[-window:])), window))
 
     if producers is not None:
         producers.watch(source)
+    summaries = tensorboard_hook(cfg.logdir, cfg.batch_size, rate, every_n=min(10, max(1, cfg.steps // 5)))
     try:
         summary = train(model.train_op, source, cfg.steps, fetches={"loss": model.loss, "acc": model.accuracy},
-                        batch_size=cfg.batch_size, hooks=[TensorBoardHook(cfg.logdir, cfg.batch_size)],
-                        progress=not args.no_progress, callback=record)
+                        batch_size=cfg.batch_size, hooks=[summaries], progress=not args.no_progress,
+                        callback=record)
     except Exception:
         if producers is not None and producers.error is not None:
             raise producers.error from None
@@ -426,18 +435,12 @@ def train_and_report(args, cfg: RunConfig, df, endpoint, producers, drop: DropCo
     return 0
 
 
-def tqdm_write(line: str) -> None:
-    from tqdm.auto import tqdm
-
-    tqdm.write(line)
-
-
 def summary_table(cfg: RunConfig, summary, source, losses: List[float], drop: DropCorrupt, remote: bool) -> str:
     from tabulate import tabulate
 
     stats = source.stats.summary()
     step_ms = 1e3 * summary.seconds / max(1, summary.steps)
-    input_bound = summary.stall_fraction >= 0.2
+    input_bound = summary.stall_fraction >= source.stats.warn_fraction  # the library's own threshold
     tenth = max(1, len(losses) // 10)
     queue = "-" if summary.mean_queue_size is None else "{:.1f} batches (empty at {:.0f}% of steps)".format(
         summary.mean_queue_size, 100 * (stats.get("empty_queue_fraction") or 0.0))
@@ -472,7 +475,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         handler.addFilter(_ReportedByExample())
     try:
         return run(args)
-    except DatasetError as err:
+    except (DatasetError, FloatingPointError) as err:
         print("error: {}".format(err), file=sys.stderr)
         return 2
     except KeyboardInterrupt:

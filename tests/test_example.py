@@ -61,6 +61,15 @@ def test_trains_and_prints_the_summary(tmp_path, input_name, extra):
         assert "read through LMDB" in proc.stdout
     events = list((tmp_path / "logs").glob("events.out.tfevents.*"))
     assert len(events) == 1 and events[0].stat().st_size > 0
+    if input_name == "staging":
+        assert {"train/loss", "train/accuracy", "train/images_per_second", "input_source/StagingInput/queue_size",
+                "input_source/StagingInput/wait_ms"} <= _summary_tags(events[0])
+
+
+def _summary_tags(path):
+    import tensorflow as tf
+
+    return {value.tag for event in tf.compat.v1.train.summary_iterator(str(path)) for value in event.summary.value}
 
 
 @pytest.mark.slow

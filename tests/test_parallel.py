@@ -165,6 +165,8 @@ def test_worker_exception_reaches_consumer_with_traceback_within_1s():
             for _ in df:
                 pass
         elapsed = time.monotonic() - start
+        with pytest.raises(WorkerError, match="boom after 3 datapoints"):     # broken for good
+            next(iter(df))
     assert elapsed < 1.0
     err = info.value
     assert err.pid == df.worker_pids[0]
@@ -225,8 +227,9 @@ def test_every_worker_is_gone_within_2s_and_no_file_is_left(how, shm_dir):
     assert list(shm_dir.iterdir()) == []
 
 
-def _run_script(code):
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, stdout=subprocess.PIPE,
+def _run_script(code, *args):
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)] + [str(a) for a in args], cwd=REPO,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=REPO))
 
 
@@ -235,6 +238,8 @@ _PARENT_SCRIPT = """
     sys.path.insert(0, "tests")
     from test_parallel import Endless, Indexed
     from inputpipe.dataflow import MultiProcessRunnerZMQ
+    from inputpipe.utils import channel
+    channel._shm_dir = lambda: sys.argv[1]
     runners = [MultiProcessRunnerZMQ(Endless(), num_proc=2, hwm=4, start_method="fork"),
                MultiProcessRunnerZMQ(Indexed(5), num_proc=1, start_method="forkserver")]
     for r in runners:
@@ -246,14 +251,15 @@ _PARENT_SCRIPT = """
 """
 
 
-def test_workers_exit_on_their_own_when_the_parent_is_killed():
-    parent = _run_script(_PARENT_SCRIPT)
+def test_workers_exit_on_their_own_when_the_parent_is_killed(tmp_path):
+    parent = _run_script(_PARENT_SCRIPT, tmp_path)
     try:
         pids = [int(p) for p in parent.stdout.readline().split()]
         assert len(pids) == 3, parent.stderr.read()
         parent.kill()
         parent.wait(timeout=10)
         _wait_gone(pids, 5.0)
+        assert list(tmp_path.iterdir()) == []          # no shared-memory file left behind
     finally:
         parent.kill()
         parent.wait(timeout=10)
@@ -261,8 +267,8 @@ def test_workers_exit_on_their_own_when_the_parent_is_killed():
         parent.stderr.close()
 
 
-def test_ctrl_c_in_the_consumer_stops_every_worker_within_2s():
-    parent = _run_script(_PARENT_SCRIPT)
+def test_ctrl_c_in_the_consumer_stops_every_worker_within_2s(tmp_path):
+    parent = _run_script(_PARENT_SCRIPT, tmp_path)
     try:
         pids = [int(p) for p in parent.stdout.readline().split()]
         assert len(pids) == 3, parent.stderr.read()
@@ -271,6 +277,7 @@ def test_ctrl_c_in_the_consumer_stops_every_worker_within_2s():
         parent.wait(timeout=10)
         _wait_gone(pids, 2.0 - (time.monotonic() - start))
         assert "KeyboardInterrupt" in parent.stderr.read()
+        assert list(tmp_path.iterdir()) == []
     finally:
         parent.kill()
         parent.wait(timeout=10)

@@ -114,6 +114,8 @@ def test_map_exception_reaches_consumer_with_traceback_within_1s(cls, worker):
         with pytest.raises(WorkerError, match="raised KeyError: 'no datapoint 13 here'") as info:
             list(df)
         assert time.monotonic() - start < 1.0
+        with pytest.raises(WorkerError, match="no datapoint 13 here"):     # broken for good, no hang
+            list(df)
     assert worker in str(info.value)
     assert "in fail_on_13" in info.value.remote_traceback
 

@@ -222,6 +222,7 @@ class MultiThreadMapData(_ParallelMapBase):
         self.map_func = map_func
         self._results = queue.Queue()      # bounded by buffer_size tasks in flight
         self._threads: List[_MapThread] = []
+        self._failure: Optional[WorkerError] = None
         self._finalizer = None
 
     def _start(self) -> None:
@@ -235,14 +236,18 @@ class MultiThreadMapData(_ParallelMapBase):
         self._threads[rank].tasks.put(task)
 
     def _receive(self, timeout: float):
+        if self._failure is not None:       # the failed thread has ended: raise again, never wait
+            raise self._failure
         try:
             rank, answer = self._results.get(timeout=timeout)
         except queue.Empty:
             return None
         if isinstance(answer, tuple):
             err, text = answer
-            raise WorkerError(type(self).__name__, self._threads[rank].name, remote_traceback=text,
-                              reason="raised {}: {}".format(type(err).__name__, err)) from err
+            self._failure = WorkerError(type(self).__name__, self._threads[rank].name, remote_traceback=text,
+                                        reason="raised {}: {}".format(type(err).__name__, err))
+            self._failure.__cause__ = err
+            raise self._failure
         return rank, answer
 
     def close(self) -> None:

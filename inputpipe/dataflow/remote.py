@@ -75,7 +75,10 @@ def send_dataflow_zmq(df: DataFlow, addr: Union[str, int], hwm: int = 50, bind: 
     socket = context.socket(zmq.PUSH)
     try:
         socket.set_hwm(hwm)
-        socket.bind(endpoint) if bind else socket.connect(endpoint)
+        if bind:
+            socket.bind(endpoint)
+        else:
+            socket.connect(endpoint)
         epoch = 0
         while num_epochs is None or epoch < num_epochs:
             for dp in df:

@@ -19,7 +19,6 @@ from ..dataflow.base import get_length
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.logger import get_logger
 from .base import InputSource, Tower, timed_input
-from .buffers import AlignedFeedBuffers
 from .errors import InputSourceError
 from .feeder import EnqueueThread
 from ._iteration import iterate_datapoints
@@ -41,6 +40,10 @@ class QueueInput(InputSource):
     ``infinite=False`` the end of ``ds`` closes the queue and training gets a clean
     ``tf.errors.OutOfRangeError`` after the last datapoint.
 
+    TF shares the memory of 64-byte aligned arrays instead of copying them (see
+    :mod:`inputpipe.input_source.buffers`), so the DataFlow must not modify an array in place
+    after yielding it.
+
     Example::
 
         source = QueueInput(df)
@@ -52,8 +55,6 @@ class QueueInput(InputSource):
     """
 
     default_capacity = 50
-    #: feed buffers kept beyond the queue's capacity (batches being staged, run or released)
-    spare_feed_buffers = 8
 
     def __init__(self, ds: Any, queue: Optional[tf.queue.QueueBase] = None, *, infinite: bool = True):
         super().__init__()
@@ -61,8 +62,6 @@ class QueueInput(InputSource):
         self.queue = queue
         self.infinite = infinite
         self._thread: Optional[EnqueueThread] = None
-        self._buffers: Optional[AlignedFeedBuffers] = None
-        self._max_feed_buffers = 64
         self._claimed = 0            # datapoints reserved by _claim_batch() in this session
         self._session = None
         self._reset_done = False
@@ -92,7 +91,6 @@ class QueueInput(InputSource):
                                   for s, shape in zip(specs, shapes)]
             if self.queue is None:
                 self.queue = self._make_queue(specs)
-                self._max_feed_buffers = self.default_capacity + self.spare_feed_buffers
             self._check_queue(specs, shapes)
             self._enqueue_op = self.queue.enqueue(self._placeholders, name="enqueue")
             self._close_op = self.queue.close(cancel_pending_enqueues=False, name="close")
@@ -159,9 +157,8 @@ class QueueInput(InputSource):
 
     # -- session -------------------------------------------------------------------------------
     def _make_feed(self, datapoint: Any) -> Dict[tf.Tensor, Any]:
-        # large components go into aligned buffers that TF shares instead of copying (buffers.py)
-        prepare = self._buffers.prepare
-        return {ph: prepare(arr) for ph, arr in zip(self._placeholders, self._convert(datapoint))}
+        # arrays go to TF as they are: TF shares 64-byte aligned ones, copies the others (buffers.py)
+        return dict(zip(self._placeholders, self._convert(datapoint)))
 
     def _datapoints(self, should_stop: Callable[[], bool]) -> Iterator[Any]:
         """The datapoints to enqueue (run in the feeding thread)."""
@@ -174,7 +171,6 @@ class QueueInput(InputSource):
             self.reset_state()
         self._session = session
         self._claimed = 0
-        self._buffers = AlignedFeedBuffers(self._max_feed_buffers * len(self._specs))
         self._thread = EnqueueThread(
             self.name, session, coord, self._datapoints, self._make_feed,
             self._enqueue_op, self._close_op, self._cancel_op, self._set_failure)

@@ -17,6 +17,7 @@ from typing import Any, List, Sequence
 import numpy as np
 import tensorflow as tf
 
+from .buffers import ALIGN_MIN_BYTES, aligned_empty
 from .errors import InputSourceError
 
 __all__ = ["normalize_signature", "DatapointConverter", "describe_value"]
@@ -49,23 +50,33 @@ def describe_value(value: Any) -> str:
     return "{} {!r}".format(type(value).__name__, value if len(repr(value)) < 60 else repr(value)[:57] + "...")
 
 
+def _astype(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``arr`` converted to ``dtype`` in new memory; large results are 64-byte aligned, so TF
+    shares them when fed instead of copying them a second time (see :mod:`.buffers`)."""
+    if arr.size * dtype.itemsize < ALIGN_MIN_BYTES:
+        return arr.astype(dtype)
+    out = aligned_empty(arr.shape, dtype)
+    np.copyto(out, arr, casting="unsafe")
+    return out
+
+
 def _lossless_cast(arr: np.ndarray, dtype: np.dtype) -> "np.ndarray | None":
     """``arr`` as ``dtype`` when no value changes beyond float rounding, else None."""
     src = arr.dtype
     if np.can_cast(src, dtype, casting="safe"):
-        return arr.astype(dtype, copy=False)
+        return _astype(arr, dtype)
     if src.kind in "biu" and dtype.kind in "iu":
         info = np.iinfo(dtype)
         if arr.size == 0 or (arr.min() >= info.min and arr.max() <= info.max):
-            return arr.astype(dtype)
+            return _astype(arr, dtype)
         return None
     if src.kind in "biu" and dtype.kind == "f":
         limit = 2 ** (np.finfo(dtype).nmant + 1)
         if arr.size == 0 or np.abs(arr.astype(np.float64)).max() <= limit:
-            return arr.astype(dtype)
+            return _astype(arr, dtype)
         return None
     if src.kind == "f" and dtype.kind == "f":
-        out = arr.astype(dtype)
+        out = _astype(arr, dtype)
         if np.isinf(out).sum() == np.isinf(arr).sum():
             return out
         return None

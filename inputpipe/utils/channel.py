@@ -9,8 +9,9 @@ the worker waits briefly for the consumer to drop old arrays; if it keeps them (
 ``list(df)``), frames go through the pipe instead, so a consumer that holds on to data slows
 the channel down but never blocks it.
 
-The segment is a file in ``/dev/shm`` that the parent unlinks as soon as the worker has mapped
-it (or on close), so no file is left behind.
+The segment is a file in ``/dev/shm`` that the worker unlinks as soon as it has mapped it (the
+parent also removes it on close, in case the worker never started), so no file is left behind,
+even when the parent is killed.
 
 Example::
 
@@ -52,7 +53,7 @@ _FLAGS_BYTES = _MAX_REGIONS
 #: Internal channels carry trusted data of any size; the limit only guards against corruption.
 _INTERNAL_MAX_BYTES = 1 << 40
 
-_DATA, _ERROR, _HELLO = "dp", "err", "hi"
+_DATA, _ERROR = "dp", "err"
 
 
 def _aligned(n: int) -> int:
@@ -127,11 +128,11 @@ class WorkerEnd:
         if spec.shm_path is not None:
             with open(spec.shm_path, "r+b") as f:
                 self._mm = mmap.mmap(f.fileno(), _FLAGS_BYTES + self._capacity)
+            _unlink(spec.shm_path)      # mapped on both sides: no name needed, none left behind
             self._flags = np.frombuffer(self._mm, np.uint8, count=_MAX_REGIONS)
         self._regions = {}          # region id -> (offset, size), as far as this side knows
         self._consumer_keeps_arrays = False
         self._reader = None
-        self._send_control({"k": _HELLO, "pid": os.getpid()})
 
     def _send_control(self, control: dict) -> None:
         self._conn.send_bytes(serialize.dumps(control))
@@ -254,17 +255,12 @@ class ParentEnd:
         self._shm_path = shm_path
         self._mm = mm
         self._flags = np.frombuffer(mm, np.uint8, count=_MAX_REGIONS) if mm is not None else None
-        self.worker_pid = None
 
     def receive(self) -> Tuple[str, Any]:
-        """Read one message: ``("data", datapoint)``, ``("error", (summary, traceback))`` or
-        ``("hello", pid)``. Raises EOFError/OSError when the worker's end is gone."""
+        """Read one message: ``("data", datapoint)`` or ``("error", (summary, traceback))``.
+        Raises EOFError/OSError when the worker's end is gone."""
         control = serialize.loads(self.connection.recv_bytes(), max_bytes=_INTERNAL_MAX_BYTES)
         kind = control.get("k") if isinstance(control, dict) else None
-        if kind == _HELLO:
-            self.worker_pid = control["pid"]
-            self._unlink()
-            return "hello", control["pid"]
         if kind == _ERROR:
             return "error", (control["what"], control["tb"])
         if kind != _DATA:
@@ -291,10 +287,7 @@ class ParentEnd:
 
     def _unlink(self) -> None:
         if self._shm_path is not None:
-            try:
-                os.unlink(self._shm_path)
-            except FileNotFoundError:
-                pass
+            _unlink(self._shm_path)
             self._shm_path = None
 
     def close(self) -> None:
@@ -304,6 +297,13 @@ class ParentEnd:
         self._commands.close()
         self._flags = None
         self._mm = None
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _release_region(flags: np.ndarray, rid: int) -> None:

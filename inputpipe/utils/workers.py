@@ -238,6 +238,7 @@ class WorkerPool:
         self._ends = []
         self._procs: Optional[WorkerProcesses] = None
         self._next_rank = 0
+        self._failure: Optional[WorkerError] = None
         self._finalizer = None
 
     @property
@@ -269,17 +270,22 @@ class WorkerPool:
 
     def send(self, rank: int, command: Any) -> None:
         """Send ``command`` (wire format) to worker ``rank``."""
+        if self._failure is not None:
+            raise self._failure
         try:
             self._ends[rank].send_command(command)
         except OSError:
-            raise self._procs.worker_error(rank) from None
+            raise self._fail(self._procs.worker_error(rank)) from None
 
     def receive(self, timeout: float) -> Optional[Tuple[int, Any]]:
         """``(rank, datapoint)`` from the first worker that has one, or None after ``timeout``.
 
-        Raises :class:`WorkerError` if a worker reported an exception or ended."""
+        Raises :class:`WorkerError` if a worker reported an exception or ended; after that the
+        pool is broken and raises the same error again on every call."""
         from . import channel
 
+        if self._failure is not None:
+            raise self._failure
         ready = set(channel.wait_ready(self._ends, self._procs.sentinels, timeout))
         for i in range(self.num):
             rank = (self._next_rank + i) % self.num
@@ -289,17 +295,21 @@ class WorkerPool:
             try:
                 kind, value = end.receive()
             except (EOFError, OSError):
-                raise self._procs.worker_error(rank) from None
+                raise self._fail(self._procs.worker_error(rank)) from None
             if kind == "error":
                 summary, remote_traceback = value
-                raise self._procs.worker_error(rank, remote_traceback, "raised " + summary)
-            if kind == "data":
-                self._next_rank = rank + 1
-                return rank, value
+                raise self._fail(self._procs.worker_error(rank, remote_traceback, "raised " + summary))
+            self._next_rank = rank + 1
+            return rank, value
         for rank, sentinel in enumerate(self._procs.sentinels):
             if sentinel in ready:
-                raise self._procs.worker_error(rank)
+                raise self._fail(self._procs.worker_error(rank))
         return None
+
+    def _fail(self, error: WorkerError) -> WorkerError:
+        """Remember the first failure: the pool is broken and raises it again on every use."""
+        self._failure = self._failure or error
+        return error
 
     def close(self) -> None:
         """Stop the workers, close the pipes, remove the shared-memory files."""
