@@ -8,7 +8,10 @@ import pytest
 
 # Threads and processes that are not ours and live for the whole interpreter.
 _FOREIGN_THREAD_PREFIXES = ("pydevd", "pytest_timeout")
-_FOREIGN_THREAD_CLASSES = ("TMonitor",)  # tqdm's process-wide monitor thread
+_FOREIGN_THREAD_CLASSES = (
+    "TMonitor",  # tqdm's process-wide monitor thread
+    "GarbageCollectorThread",  # pyzmq's zero-copy frame collector, lives until exit
+)
 _FOREIGN_PROCESS_MARKERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 LEAK_GRACE_SECONDS = 3.0
 
