@@ -7,7 +7,7 @@ Example::
     source.setup([score_spec, label_spec, image_spec])
     score, label, image = source.get_input_tensors()   # score is a placeholder
 """
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
