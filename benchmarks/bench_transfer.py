@@ -7,7 +7,7 @@ reads one element of each batch, so the figure is the bandwidth of the input pat
 The DataFlow cycles over 4 numpy batches as numpy makes them (16-byte aligned): TF copies each
 once when it is fed, and there is no way around that copy (TF shares only 64-byte aligned
 memory). A second row feeds the same batches from 64-byte aligned memory
-(``inputpipe.input_source.buffers.aligned_empty``, what the wire format's zero-copy decoding and
+(``inputpipe.utils.buffers.aligned_empty``, what the wire format's zero-copy decoding and
 the shared-memory channel of the parallel runners give), which TF shares without any copy. The
 memcpy reference copies one batch into a warm buffer; a second reference copies the 4 batches
 in turn, as the pipeline reads them. Every row is measured ``--repeats`` times, interleaved;
@@ -32,7 +32,7 @@ from tabulate import tabulate  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from inputpipe.dataflow.base import DataFlow  # noqa: E402
 from inputpipe.input_source import QueueInput, StagingInput, hooked_session  # noqa: E402
-from inputpipe.input_source.buffers import aligned_empty  # noqa: E402
+from inputpipe.utils.buffers import aligned_empty  # noqa: E402
 import tensorpack_peer  # noqa: E402
 
 SHAPE = (128, 224, 224, 3)

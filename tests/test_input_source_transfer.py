@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from inputpipe.dataflow.base import DataFlow
 from inputpipe.input_source import QueueInput, StagingInput, hooked_session
-from inputpipe.input_source.buffers import ALIGN_MIN_BYTES, ALIGNMENT, aligned_empty, is_aligned
+from inputpipe.utils.buffers import ALIGN_MIN_BYTES, ALIGNMENT, aligned_empty, is_aligned
 from inputpipe.input_source.signature import DatapointConverter
 
 SHAPE = (256, 1024)                         # float32: 1 MiB

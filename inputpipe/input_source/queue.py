@@ -41,7 +41,7 @@ class QueueInput(InputSource):
     ``tf.errors.OutOfRangeError`` after the last datapoint.
 
     TF shares the memory of 64-byte aligned arrays instead of copying them (see
-    :mod:`inputpipe.input_source.buffers`), so the DataFlow must not modify an array in place
+    :mod:`inputpipe.utils.buffers`), so the DataFlow must not modify an array in place
     after yielding it.
 
     Example::
@@ -157,7 +157,7 @@ class QueueInput(InputSource):
 
     # -- session -------------------------------------------------------------------------------
     def _make_feed(self, datapoint: Any) -> Dict[tf.Tensor, Any]:
-        # arrays go to TF as they are: TF shares 64-byte aligned ones, copies the others (buffers.py)
+        # arrays go to TF as they are: TF shares 64-byte aligned ones, copies the others (utils/buffers.py)
         return dict(zip(self._placeholders, self._convert(datapoint)))
 
     def _datapoints(self, should_stop: Callable[[], bool]) -> Iterator[Any]:

@@ -17,7 +17,7 @@ from typing import Any, List, Sequence
 import numpy as np
 import tensorflow as tf
 
-from .buffers import ALIGN_MIN_BYTES, aligned_empty
+from ..utils.buffers import ALIGN_MIN_BYTES, aligned_empty
 from .errors import InputSourceError
 
 __all__ = ["normalize_signature", "DatapointConverter", "describe_value"]
@@ -52,7 +52,7 @@ def describe_value(value: Any) -> str:
 
 def _astype(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``arr`` converted to ``dtype`` in new memory; large results are 64-byte aligned, so TF
-    shares them when fed instead of copying them a second time (see :mod:`.buffers`)."""
+    shares them when fed instead of copying them a second time (see :mod:`inputpipe.utils.buffers`)."""
     if arr.size * dtype.itemsize < ALIGN_MIN_BYTES:
         return arr.astype(dtype)
     out = aligned_empty(arr.shape, dtype)
