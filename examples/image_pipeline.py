@@ -112,7 +112,7 @@ def _decode(source, name: str, draft_size: int) -> Image.Image:
         return image.convert("RGB")
     except FileNotFoundError:
         raise DatasetError("image file {} disappeared while training".format(name)) from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError, ValueError) as err:
         raise CorruptImageError("corrupt image file {}: {}".format(name, err)) from None
 
 
@@ -123,7 +123,8 @@ class DecodeAndAugment:
     third component, the original path, used in messages). Training augmentation: resize the
     shorter side to ``round(crop_size * 1.25)`` if it differs, random ``crop_size`` crop,
     random horizontal flip, then ``(pixel - mean) / std``. Randomness comes from a per-process
-    RNG, so worker processes never repeat each other's crops.
+    RNG made by :func:`inputpipe.dataflow.seeding.new_rng`, so worker processes never repeat each
+    other's crops, and ``seeding.set_global_seed`` (``--seed``) makes the crops reproducible.
 
     Example::
 
@@ -143,7 +144,9 @@ class DecodeAndAugment:
 
     def _random(self) -> np.random.RandomState:
         if self._pid != os.getpid():  # first call in this (worker) process
-            self._rng = np.random.RandomState(np.random.SeedSequence().generate_state(2))
+            from inputpipe.dataflow.seeding import new_rng
+
+            self._rng = new_rng(self)
             self._pid = os.getpid()
         return self._rng
 

@@ -174,8 +174,9 @@ def resnet_logits(images: tf.Tensor, config: ModelConfig, training: bool = True)
 
 
 def build_train_graph(images: tf.Tensor, labels: tf.Tensor, config: ModelConfig) -> TrainGraph:
-    """Loss (cross entropy + L2 weight decay on conv/fc weights), accuracy and a momentum-SGD
-    train op that also runs the batch-norm moving-average updates."""
+    """Cross entropy, accuracy and a momentum-SGD train op that minimises the cross entropy plus
+    L2 weight decay on the conv/fc weights and also runs the batch-norm moving-average updates.
+    ``TrainGraph.loss`` is the cross entropy alone (what the example logs), not the decayed total."""
     logits = resnet_logits(images, config, training=True)
     labels = tf.cast(labels, tf.int32)
     xent = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits),

@@ -465,7 +465,8 @@ class _ReportedByExample(logging.Filter):
     as one line, when they reach the training loop."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not any(name in record.getMessage() for name in ("CorruptImageError", "DatasetError"))
+        return not any(name in record.getMessage()
+                       for name in ("CorruptImageError", "DatasetError", "DatasetFormatError"))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -473,9 +474,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(_ReportedByExample())
+    from inputpipe.dataflow import DatasetFormatError
+
     try:
         return run(args)
-    except (DatasetError, FloatingPointError) as err:
+    except (DatasetError, DatasetFormatError, FloatingPointError) as err:
         print("error: {}".format(err), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -490,15 +493,17 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _dataset_error_in(err: BaseException) -> Optional[str]:
-    """The message of a DatasetError/CorruptImageError somewhere in ``err``'s chain or text
-    (errors from worker processes cross the process boundary as text)."""
+    """The message of a DatasetError/CorruptImageError/DatasetFormatError somewhere in ``err``'s
+    chain or text (errors from worker processes cross the process boundary as text)."""
+    from inputpipe.dataflow import DatasetFormatError
+
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, DatasetError):
+        if isinstance(err, (DatasetError, DatasetFormatError)):
             return str(err)
         for line in str(err).splitlines()[::-1]:
-            for name in ("CorruptImageError: ", "DatasetError: "):
+            for name in ("CorruptImageError: ", "DatasetError: ", "DatasetFormatError: "):
                 if name in line:
                     return line.split(name, 1)[1].strip()
         err = err.__cause__ or err.__context__

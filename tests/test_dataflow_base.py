@@ -8,6 +8,7 @@ from inputpipe.dataflow import (
     DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, get_length,
     seeding,
 )
+from inputpipe.utils.logger import get_logger
 
 
 class NoLength(DataFlow):
@@ -155,3 +156,11 @@ def test_set_global_seed_rejects_bad_values():
         seeding.set_global_seed(-1)
     with pytest.raises(ValueError, match="non-negative int"):
         seeding.set_global_seed("3")
+    with pytest.raises(ValueError, match=r"set_global_seed expects a non-negative int or None, got True"):
+        seeding.set_global_seed(True)
+
+
+def test_get_logger_names_children_of_the_inputpipe_logger():
+    assert get_logger("inputpipe").name == "inputpipe"
+    assert get_logger("inputpipe.dataflow.common").name == "inputpipe.dataflow.common"
+    assert get_logger("myapp").name == "inputpipe.myapp"

@@ -145,6 +145,25 @@ def test_int_outside_int64_is_an_error():
         batches_of([[1], [2 ** 70]], 2)
 
 
+def test_int_just_outside_int64_is_an_error_not_a_rounded_float():
+    # numpy makes float64 of [1, 2**63]: that would silently round 2**63 + 1
+    with pytest.raises(ValueError, match=r"component 0: datapoint 1 of the batch has the int value "
+                                         r"9223372036854775809, outside int64, and datapoint 0 has a python int"):
+        batches_of([[1], [2 ** 63 + 1]], 2)
+
+
+def test_numpy_uint64_among_python_ints_batches_as_exact_int64():
+    big = 2 ** 62 + 1  # not representable in float64
+    (batch,) = batches_of([[1], [np.uint64(big)], [np.int32(-5)]], 3)
+    assert batch[0].dtype == np.int64 and batch[0].tolist() == [1, big, -5]
+    with pytest.raises(ValueError, match=r"BatchData: cannot batch component 'id': datapoint 1 of the batch has the "
+                                         r"uint64 value 18446744073709551615, outside int64, and datapoint 0 has a "
+                                         r"python int; a column of integers is batched as int64"):
+        BatchData.aggregate_batch([{"id": 1}, {"id": np.uint64(2 ** 64 - 1)}])
+    (batch,) = batches_of([[0.5], [np.uint64(3)]], 2)  # with a float: float64, as for python ints
+    assert batch[0].dtype == np.float64 and batch[0].tolist() == [0.5, 3.0]
+
+
 def test_unsupported_component_type():
     with pytest.raises(TypeError, match=r"BatchData: cannot batch component 'meta': datapoint 0 of the batch has a "
                                         r"python dict, which is not a numpy array or a python scalar; convert it to "
@@ -206,6 +225,23 @@ def test_batch_by_shape_groups_by_the_shape_of_one_component():
     assert [b[1].tolist() for b in df] == [[6, 1], [0, 2], [4, 5], [3, 6]]
     df.reset_state()  # forgets incomplete groups
     assert [b[1].tolist() for b in df][0] == [0, 2]
+
+
+def test_batch_by_shape_loses_nothing_when_the_consumer_stops_at_a_batch():
+    items = [[np.zeros(2), i] for i in range(6)]
+    df = BatchDataByShape(flow(items), 2, idx=0)
+    df.reset_state()
+    itr = iter(df)
+    assert next(itr)[1].tolist() == [0, 1]
+    itr.close()  # stop right after a batch: the group must not stay full
+    assert [b[1].tolist() for b in df] == [[0, 1], [2, 3], [4, 5]]
+    items = [[np.zeros(2), 1], [np.zeros(2), "x"]]
+    bad = BatchDataByShape(flow(items), 2, 0)
+    bad.reset_state()
+    with pytest.raises(ValueError, match="component 1: datapoint 1 of the batch has a python str"):
+        list(bad)
+    items[:] = [[np.zeros(2), 7], [np.zeros(2), 8]]
+    assert [b[1].tolist() for b in bad] == [[7, 8]]  # the failed group did not stay behind
 
 
 def test_batch_by_shape_with_dict_key_has_no_length_and_is_not_reentrant():

@@ -125,6 +125,17 @@ def test_data_from_queue_yields_in_order():
         len(df)
 
 
+def test_data_from_queue_does_not_swallow_an_exception_thrown_into_it():
+    q = queue.Queue()
+    q.put([1])
+    df = DataFromQueue(q)
+    df.reset_state()
+    itr = iter(df)
+    assert next(itr) == [1]
+    with pytest.raises(queue.Empty, match="from the consumer"):
+        itr.throw(queue.Empty("from the consumer"))
+
+
 def test_data_from_queue_stop_ends_a_waiting_iteration_within_a_poll():
     df = DataFromQueue(queue.Queue())
     df.reset_state()
@@ -263,6 +274,10 @@ def test_fake_data_reproducible_with_global_seed():
      "FakeData: component 0 has dtype complex64; only bool, integer and float dtypes are supported"),
     (dict(shapes=[[1], [1]], domain=[(0, 1), (3, 3)]),
      r"FakeData: component 1 has domain \(3, 3\); low must be < high"),
+    (dict(shapes=[[1]], dtype="uint8", domain=(0, 300)),
+     r"FakeData: component 0 has domain \(0, 300\), but its dtype uint8 holds only 0..255"),
+    (dict(shapes=[[1]], dtype="int8", domain=(-200, 0)),
+     r"FakeData: component 0 has domain \(-200, 0\), but its dtype int8 holds only -128..127"),
 ])
 def test_fake_data_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):

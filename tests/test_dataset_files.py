@@ -1,6 +1,7 @@
 """Dataset files: LMDB, TFRecord and NumPy serializers (round trips, format tags, corruption)."""
 import multiprocessing
 import os
+import pickle
 import struct
 import sys
 
@@ -152,6 +153,27 @@ def test_lmdb_flow_built_before_fork_works_in_the_child(tmp_path):
         queue.close()
         queue.join_thread()
     assert child.exitcode == 0
+
+
+def test_lmdb_flow_pickles_for_spawned_workers(tmp_path):
+    save("lmdb", list_datapoints(6), tmp_path / "d")
+    df = LMDBSerializer.load(str(tmp_path / "d"), shuffle=False)
+    df.reset_state()  # an open environment is not sent along; the copy opens its own
+    copy = pickle.loads(pickle.dumps(df))
+    with pytest.raises(RuntimeError, match=r"call reset_state\(\) before iterating"):
+        next(iter(copy))
+    copy.reset_state()
+    assert [dp[1] for dp in copy] == list(range(6)) and len(copy) == 6
+
+
+def test_lmdb_save_ignores_a_stale_temporary_file(tmp_path):
+    target = tmp_path / "d.lmdb"
+    save("lmdb", list_datapoints(8), tmp_path / "old.lmdb")
+    # What a save killed with SIGKILL leaves behind, under the pid this process has.
+    os.rename(str(tmp_path / "old.lmdb"), "{}.tmp-{}".format(target, os.getpid()))
+    save("lmdb", list_datapoints(3), target)
+    assert [dp[1] for dp in load("lmdb", target)] == [0, 1, 2]
+    assert sorted(os.listdir(str(tmp_path))) == ["d.lmdb"]
 
 
 def test_lmdb_iterating_before_reset_state_is_refused(tmp_path):
@@ -319,9 +341,23 @@ def test_numpy_refuses_npz_other_arrays_and_corrupt_content(tmp_path):
     with pytest.raises(DatasetFormatError, match=r"inputpipe 'lmdb' dataset file, expected 'numpy'"):
         NumpySerializer.load(str(tmp_path / "other.npy"))
     save("numpy", list_datapoints(2), tmp_path / "ok.npy")
+    size = len((tmp_path / "ok.npy").read_bytes())
     (tmp_path / "cut.npy").write_bytes((tmp_path / "ok.npy").read_bytes()[:-50])
-    with pytest.raises(DatasetFormatError, match=r"unreadable \.npy file"):
+    with pytest.raises(DatasetFormatError, match=r"corrupt \.npy file: its header declares {} bytes of data, "
+                                                 r"the file holds {}".format(size - 128, size - 178)):
         NumpySerializer.load(str(tmp_path / "cut.npy"))
+    (tmp_path / "header.npy").write_bytes(b"\x93NUMPY\x01\x00\x04\x00{'de")
+    with pytest.raises(DatasetFormatError, match=r"unreadable \.npy header"):
+        NumpySerializer.load(str(tmp_path / "header.npy"))
+
+
+def test_numpy_header_declaring_a_huge_array_is_refused_before_allocating(tmp_path):
+    with open(str(tmp_path / "huge.npy"), "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "|u1", "fortran_order": False, "shape": (10 ** 13,)})
+        f.write(wire.dumps([1]))
+    with pytest.raises(DatasetFormatError, match=r"its header declares 10000000000000 bytes of data, the file "
+                                                 r"holds \d+"):
+        NumpySerializer.load(str(tmp_path / "huge.npy"))
 
 
 def test_numpy_file_opens_with_numpy_without_pickle(tmp_path):

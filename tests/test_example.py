@@ -104,6 +104,18 @@ def test_bad_dataset_gives_one_clear_error_line(tmp_path, layout, message):
     assert "summary" not in proc.stdout
 
 
+def test_a_corrupt_lmdb_file_gives_one_clear_error_line(tmp_path):
+    bad = tmp_path / "bad.lmdb"
+    bad.write_bytes(b"not an LMDB file at all" * 200)
+    proc = run_example(tmp_path, "--lmdb", str(bad), "--images-per-class", "6")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = error_lines(proc)
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: LMDBSerializer.load({!r}): cannot open {} as an LMDB file".format(
+        str(bad), bad))
+    assert "summary" not in proc.stdout
+
+
 def _write_jpeg(path):
     from PIL import Image
 

@@ -136,6 +136,36 @@ def test_decode_and_augment_shapes_dtypes_and_normalisation(small_dataset):
     np.testing.assert_array_equal(center([encoded, 2, path])[0], center([path, 2])[0])
 
 
+def _crops(path, seed):
+    from inputpipe.dataflow import seeding
+
+    seeding.set_global_seed(seed)
+    try:
+        augment = DecodeAndAugment(crop_size=16)
+        return [augment([path, 0])[0] for _ in range(4)]
+    finally:
+        seeding.set_global_seed(None)
+
+
+def test_decode_and_augment_crops_are_reproducible_with_the_global_seed(small_dataset):
+    path = os.path.join(small_dataset, "square", "00000.jpg")
+    first, again, other = _crops(path, 5), _crops(path, 5), _crops(path, 6)
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, b) for a, b in zip(first, other))
+
+
+def test_decompression_bomb_is_a_corrupt_image(tmp_path, monkeypatch):
+    from PIL import Image
+
+    path = str(tmp_path / "bomb.png")
+    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(path)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # 64 x 64 is then more than twice the limit
+    with pytest.raises(CorruptImageError, match=r"corrupt image file .*bomb.png: .*decompression bomb"):
+        DecodeAndAugment(crop_size=16, on_corrupt="fail")([path, 0])
+    assert int(DecodeAndAugment(crop_size=16)([path, 0])[1]) == CORRUPT_LABEL
+
+
 def test_decode_and_augment_resizes_large_images(tmp_path):
     from PIL import Image
 

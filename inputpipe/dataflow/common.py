@@ -21,7 +21,7 @@ import numpy as np
 
 from ..utils.logger import get_logger
 from .base import (
-    DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, require_rng,
+    DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, get_length, require_rng,
 )
 from .seeding import new_rng
 
@@ -113,6 +113,23 @@ def _is_number(value: Any, allow_numpy: bool) -> bool:
     return not isinstance(value, int) or -2 ** 63 <= value < 2 ** 63
 
 
+def _is_inexact(value: Any) -> bool:
+    return isinstance(value, (float, complex, np.inexact))
+
+
+def _integers_as_int64(values: Sequence[Any], key: Hashable) -> np.ndarray:
+    """An int64 batch of integer values (python, numpy signed or unsigned), without rounding;
+    a value outside int64 is an error naming the component and the datapoint."""
+    for i, value in enumerate(values):
+        if not -2 ** 63 <= int(value) < 2 ** 63:
+            raise ValueError("BatchData: cannot batch component {!r}: datapoint {} of the batch has the "
+                             "{} value {}, outside int64, and datapoint 0 has {}; a column of "
+                             "integers is batched as int64 (give every datapoint a np.uint64 to keep "
+                             "such values)".format(key, i, type(value).__name__, int(value),
+                                                  _describe_value(values[0])))
+    return np.array([int(value) for value in values], dtype=np.int64)
+
+
 def _batch_python(values: Sequence[Any], key: Hashable) -> np.ndarray:
     """Batch python scalars: bools -> bool; ints (with bools) -> int64; with a float -> float64;
     with a complex -> complex128; str -> numpy str; bytes -> object array (keeps every byte)."""
@@ -129,10 +146,14 @@ def _batch_python(values: Sequence[Any], key: Hashable) -> np.ndarray:
         return batch
     try:
         batch = np.asarray(values)
-        if batch.ndim == 1 and batch.dtype in _PYTHON_NUMBER_DTYPES:
-            return batch
     except (ValueError, TypeError, OverflowError):
-        pass
+        batch = None
+    if batch is not None and batch.ndim == 1 and batch.dtype in _PYTHON_NUMBER_DTYPES:
+        if batch.dtype.kind in "fc" and not any(map(_is_inexact, values)):
+            # Only integers, yet numpy chose float: a numpy uint64 among signed ints. Keep the
+            # documented int64 of an integer column, exactly, or refuse.
+            return _integers_as_int64(values, key)
+        return batch
     # The culprit is a value that is no number at all or, failing that, a numpy scalar that does not
     # combine into those dtypes (numpy makes them from any mix of python numbers within int64).
     bad = next((i for i, v in enumerate(values) if not _is_number(v, allow_numpy=True)), None)
@@ -203,7 +224,9 @@ class BatchData(ProxyDataFlow):
       first one in the batch; the batch has that dtype (nothing is cast).
     - python scalars: bools give ``bool``; ints (with bools) give ``int64``; with any float
       ``float64``; with any complex ``complex128``; an int outside int64 is an error (numpy
-      scalars among them are accepted when the result is still one of these dtypes).
+      scalars among them are accepted when the result is still one of these dtypes; numpy
+      integers among python ints, ``uint64`` included, give ``int64`` when every value fits and
+      an error otherwise, never a rounded ``float64``).
     - ``str`` gives a numpy ``str_`` array; ``bytes`` gives an ``object`` array of the bytes.
 
     Anything else, or a mismatch, raises a ValueError (TypeError for an unsupported type) that
@@ -224,7 +247,7 @@ class BatchData(ProxyDataFlow):
         self.remainder = remainder
         self.use_list = use_list
         if not remainder:
-            size = _optional_length(ds)
+            size = get_length(ds)
             if size is not None and self.batch_size > size:
                 raise ValueError("{}: batch_size={} is larger than the length of its input ({}), so "
                                  "it would produce no batch; use remainder=True or a smaller "
@@ -259,13 +282,6 @@ class BatchData(ProxyDataFlow):
         return _aggregate(list(data_holder), use_list)
 
 
-def _optional_length(ds: Any) -> Optional[int]:
-    try:
-        return len(ds)
-    except (TypeError, NotImplementedError):
-        return None
-
-
 class BatchDataByShape(BatchData):
     """Batch together datapoints whose component ``idx`` has the same shape.
 
@@ -296,11 +312,15 @@ class BatchDataByShape(BatchData):
         with self._guard:
             groups, idx, batch_size = self._groups, self.idx, self.batch_size
             for dp in self.ds:
-                group = groups.setdefault(np.shape(dp[idx]), [])
+                shape = np.shape(dp[idx])
+                group = groups.setdefault(shape, [])
                 group.append(dp)
                 if len(group) == batch_size:
+                    # Taken out of the groups before it is batched and yielded: a consumer that
+                    # stops at this batch, or a batching error, must not leave a full group behind
+                    # (it would never reach batch_size again and would grow without bound).
+                    del groups[shape]
                     yield _aggregate(group, self.use_list)
-                    group.clear()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -594,6 +614,7 @@ class RandomChooseData(RNGDataFlow):
         rng = require_rng(self)
         iterators = [iter(df) for df, _ in self.df_lists]
         probs = np.array([prob for _, prob in self.df_lists])
+        probs /= probs.sum()  # accepted within 1e-6 of 1; numpy's choice() needs ~1e-8
         try:
             while True:
                 for k in rng.choice(len(iterators), size=256, p=probs).tolist():
@@ -695,7 +716,7 @@ class JoinData(DataFlow):
 
     def __init__(self, df_lists: Sequence[DataFlow]):
         self.df_lists = _check_flows("JoinData", df_lists)
-        sizes = [_optional_length(df) for df in self.df_lists]
+        sizes = [get_length(df) for df in self.df_lists]
         if len({s for s in sizes if s is not None}) > 1:
             logger.warning("JoinData: the inputs have different lengths %s; it stops at the shortest", sizes)
 
@@ -726,8 +747,9 @@ class JoinData(DataFlow):
                                          "input".format(key, k))
                 joined.update(part)
             return joined
+        first_is_dict = isinstance(parts[0], dict)
         for k, part in enumerate(parts):
-            if not isinstance(part, (list, tuple)):
+            if isinstance(part, dict) != first_is_dict or not isinstance(part, (dict, list, tuple)):
                 raise ValueError("JoinData: input {} produced a {} but input 0 produced a {}; all inputs "
                                  "must produce lists/tuples, or all dicts".format(
                                      k, type(part).__name__, type(parts[0]).__name__))
@@ -791,7 +813,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
     def __iter__(self) -> Iterator[Any]:
         with self._guard:
             rng = require_rng(self)
-            target = _optional_length(self)
+            target = get_length(self)
             if self._source is None:
                 self._source = self._entries_forever()
             buffer, interval = self._buffer, self.shuffle_interval * self.num_reuse

@@ -177,9 +177,10 @@ class DataFromQueue(DataFlow):
             if stopped():
                 raise DataFlowTerminated("DataFromQueue was stopped")
             try:
-                yield get(timeout=POLL_INTERVAL)
+                dp = get(timeout=POLL_INTERVAL)
             except queue_module.Empty:
                 continue
+            yield dp  # outside the try: an exception thrown in by the consumer is not swallowed
 
     # A copy sent to another process starts unstopped (an Event cannot be pickled).
     def __getstate__(self):
@@ -244,6 +245,11 @@ class FakeData(RNGDataFlow):
             if not low < high:
                 raise ValueError("FakeData: component {} has domain ({}, {}); low must be < high"
                                  .format(k, low, high))
+            if dt.kind in "iu":
+                info = np.iinfo(dt)
+                if low < info.min or high - 1 > info.max:
+                    raise ValueError("FakeData: component {} has domain ({}, {}), but its dtype {} holds "
+                                     "only {}..{}".format(k, low, high, dt, info.min, info.max))
 
     def __len__(self) -> int:
         return self._size

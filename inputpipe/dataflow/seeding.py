@@ -44,7 +44,7 @@ def set_global_seed(seed: Optional[int]) -> None:
     resetting a pipeline makes that pipeline give the same datapoints on every run.
     """
     global _global_seed, _counter
-    if seed is not None and (not isinstance(seed, (int, np.integer)) or seed < 0):
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ValueError("set_global_seed expects a non-negative int or None, got {!r}".format(seed))
     with _lock:
         _global_seed = None if seed is None else int(seed)

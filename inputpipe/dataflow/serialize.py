@@ -20,6 +20,7 @@ Example::
 import os
 import struct
 import threading
+import tokenize
 import weakref
 from typing import Any, Iterator, Optional
 
@@ -110,6 +111,11 @@ class _AtomicPath:
         self.tmp = "{}.tmp-{}".format(path, os.getpid())
 
     def __enter__(self) -> str:
+        # A leftover of a killed run with the same pid (pid 1 in every container): LMDB would
+        # open it and keep its old records.
+        for stale in (self.tmp, self.tmp + "-lock"):
+            if os.path.exists(stale):
+                os.remove(stale)
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb):
@@ -171,7 +177,7 @@ class _LMDBFile(RNGDataFlow):
         self.path = path
         self.shuffle = shuffle
         self._what = "LMDBSerializer.load({!r})".format(path)
-        self._lmdb = _import_lmdb()
+        _import_lmdb()
         data_file, _ = _lmdb_location(path)
         _require_file(data_file, self._what)
         shared = self._open()
@@ -189,7 +195,7 @@ class _LMDBFile(RNGDataFlow):
             raise DatasetFormatError("{}: corrupt metadata: {}".format(self._what, err)) from None
         header = _check_header(header, "lmdb", self._what)
         count = header.get("count")
-        if not isinstance(count, int) or count < 0:
+        if type(count) is not int or count < 0:
             raise DatasetFormatError("{}: metadata has no valid record count: {!r}".format(self._what, count))
         self._count = count
         self._env = None
@@ -206,10 +212,11 @@ class _LMDBFile(RNGDataFlow):
                     if pid != key[0] and (dev, ino) == key[1:]:
                         # Inherited through fork: unusable here, and lmdb refuses a second open.
                         inherited.env.close()
+                lmdb = _import_lmdb()
                 try:
-                    env = self._lmdb.open(self.path, subdir=subdir, readonly=True, lock=False,
-                                          readahead=not self.shuffle, max_readers=126)
-                except self._lmdb.Error as err:
+                    env = lmdb.open(self.path, subdir=subdir, readonly=True, lock=False,
+                                    readahead=not self.shuffle, max_readers=126)
+                except lmdb.Error as err:
                     raise DatasetFormatError("{}: cannot open {} as an LMDB file: {}".format(
                         self._what, data_file, err)) from None
                 shared = _shared_envs[key] = _SharedEnv(env)
@@ -219,6 +226,12 @@ class _LMDBFile(RNGDataFlow):
         super().reset_state()
         # Opened here, in the process that iterates: an LMDB handle must not cross a fork.
         self._env = self._open()
+
+    # A copy sent to a spawned worker process re-opens the file in its own reset_state().
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_env"] = None
+        return state
 
     def __len__(self) -> int:
         return self._count
@@ -457,6 +470,31 @@ _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
+def _load_npy_bytes(path: str, what: str) -> np.ndarray:
+    """The uint8 vector of an inputpipe ``.npy`` file. The header is checked against the file
+    size first, so a corrupt or hostile header cannot make ``np.load`` allocate what it declares."""
+    with open(path, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(f)
+            else:
+                shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(f)
+        except (ValueError, OSError, EOFError, SyntaxError, tokenize.TokenError) as err:
+            raise DatasetFormatError("{}: unreadable .npy header: {}".format(what, err)) from None
+        if dtype != np.uint8 or len(shape) != 1:
+            raise DatasetFormatError("{}: not an inputpipe dataset: holds a {} array of shape {}, expected a "
+                                     "uint8 vector".format(what, dtype, shape))
+        data_bytes = os.fstat(f.fileno()).st_size - f.tell()
+        if shape[0] != data_bytes:
+            raise DatasetFormatError("{}: corrupt .npy file: its header declares {} bytes of data, the file "
+                                     "holds {}".format(what, shape[0], data_bytes))
+        vector = np.empty(data_bytes, dtype=np.uint8)
+        if f.readinto(memoryview(vector)) != data_bytes:
+            raise DatasetFormatError("{}: the file changed while it was read".format(what))
+    return vector
+
+
 class NumpySerializer:
     """Save a DataFlow to one ``.npy`` file and load it back whole into memory.
 
@@ -499,13 +537,7 @@ class NumpySerializer:
                                      "inputpipe's NumpySerializer.save".format(what))
         if magic != _NPY_MAGIC:
             raise DatasetFormatError("{}: not a .npy file (starts with {!r})".format(what, magic))
-        try:
-            vector = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as err:
-            raise DatasetFormatError("{}: unreadable .npy file: {}".format(what, err)) from None
-        if vector.dtype != np.uint8 or vector.ndim != 1:
-            raise DatasetFormatError("{}: not an inputpipe dataset: holds a {} array of shape {}, expected a "
-                                     "uint8 vector".format(what, vector.dtype, vector.shape))
+        vector = _load_npy_bytes(path, what)
         try:
             content = loads(vector, max_bytes=max(vector.nbytes, 1))
         except WireFormatError as err:

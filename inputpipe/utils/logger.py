@@ -12,7 +12,10 @@ logger.addHandler(logging.NullHandler())
 
 
 def get_logger(name: str) -> logging.Logger:
-    """A child of the ``inputpipe`` logger, e.g. ``get_logger(__name__)``."""
+    """A child of the ``inputpipe`` logger, e.g. ``get_logger(__name__)`` (``"inputpipe"`` itself
+    gives the root ``inputpipe`` logger)."""
+    if name == "inputpipe":
+        return logger
     if name.startswith("inputpipe."):
         name = name[len("inputpipe."):]
     return logger.getChild(name)
