@@ -271,3 +271,29 @@ def test_error_points_at_the_value_that_is_not_a_number():
         with pytest.raises(ValueError, match=r"component 0: datapoint 1 of the batch has a numpy {} scalar but "
                                              r"datapoint 0 has a python float".format(np.dtype(np.longdouble))):
             batches_of([[1.0], [np.longdouble(2)]], 2)
+
+
+def test_large_batches_are_64_byte_aligned_and_exact():
+    """Large batches go into aligned memory (TF then shares them without a copy); values,
+    shape and dtype are the same as a plain stack, and small batches are plain arrays."""
+    from inputpipe.utils.buffers import ALIGN_MIN_BYTES, is_aligned
+
+    images = [np.full((64, 64, 3), i, np.uint8) for i in range(32)]
+    assert images[0].nbytes * len(images) >= ALIGN_MIN_BYTES
+    batch = BatchData.aggregate_batch([[img, i] for i, img in enumerate(images)])
+    assert is_aligned(batch[0]) and batch[0].flags.c_contiguous and batch[0].flags.writeable
+    assert batch[0].shape == (32, 64, 64, 3) and batch[0].dtype == np.uint8
+    np.testing.assert_array_equal(batch[0], np.stack(images))
+    np.testing.assert_array_equal(batch[1], np.arange(32))
+
+    small = BatchData.aggregate_batch([[np.zeros(3, np.float32)], [np.ones(3, np.float32)]])
+    assert small[0].dtype == np.float32 and small[0].shape == (2, 3)
+    np.testing.assert_array_equal(small[0], [[0, 0, 0], [1, 1, 1]])
+
+
+def test_large_batch_shape_mismatch_still_names_the_datapoint():
+    big = np.zeros((64, 64, 3), np.uint8)
+    holder = [[big]] * 20 + [[np.zeros((64, 63, 3), np.uint8)]]
+    with pytest.raises(ValueError, match=r"component 0: datapoint 20 of the batch has a numpy array "
+                                         r"of shape \(64, 63, 3\)"):
+        BatchData.aggregate_batch(holder)

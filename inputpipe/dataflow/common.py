@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Sequ
 
 import numpy as np
 
+from ..utils.buffers import ALIGN_MIN_BYTES, aligned_empty
 from ..utils.logger import get_logger
 from .base import (
     DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, get_length, require_rng,
@@ -87,12 +88,20 @@ def _mismatch(key: Hashable, values: Sequence[Any], bad: int) -> ValueError:
 _get_dtype = operator.attrgetter("dtype")
 
 
+def _stack(values: Sequence[Any], first: Any) -> np.ndarray:
+    """Stack same-shape values; a large batch goes into 64-byte aligned memory, which TensorFlow's
+    feed path shares instead of copying (see :mod:`inputpipe.utils.buffers`)."""
+    if isinstance(first, np.ndarray) and first.nbytes * len(values) >= ALIGN_MIN_BYTES:
+        return np.stack(values, out=aligned_empty((len(values),) + first.shape, first.dtype))
+    return np.asarray(values)
+
+
 def _batch_numpy(values: Sequence[Any], key: Hashable) -> np.ndarray:
     """Stack numpy arrays / numpy scalars that all have the first one's dtype and shape."""
     first = values[0]
     try:
         same_dtype = list(map(_get_dtype, values)).count(first.dtype) == len(values)
-        batch = np.asarray(values) if same_dtype else None
+        batch = _stack(values, first) if same_dtype else None
     except (AttributeError, ValueError, TypeError):
         batch = None
     if batch is None or batch.shape[1:] != first.shape:

@@ -5,7 +5,8 @@ whose data is 64-byte aligned and C-contiguous: the tensor in the queue *is* tha
 TF keeps a reference to the array until the last tensor using it is gone. Any other array is
 copied into a new tensor. numpy aligns large arrays to 16 bytes only, so a batch made by plain
 numpy code costs one copy when it is fed; a batch decoded by :mod:`inputpipe.utils.serialize`
-from a buffer at an aligned address, or built with :func:`aligned_empty`, costs none.
+from a buffer at an aligned address, stacked by ``BatchData`` (which puts every batch component of
+64 KiB or more into aligned memory), or built with :func:`aligned_empty`, costs none.
 
 Because the memory is shared, a DataFlow must not modify an array in place after yielding it
 (e.g. refill one preallocated batch buffer): if the array is aligned, the batch waiting in the
