@@ -63,3 +63,29 @@ def test_train_with_own_session_and_zero_steps():
     source = QueueInput(Counting())
     graph, train_op, loss, seen = _model(source)
     assert train(train_op, source, steps=0, progress=False).steps == 0
+
+
+def test_throughput_leaves_out_the_warm_up_steps():
+    """A slow first step (graph warm-up) must not lower the reported steps/s: only the steps after
+    the source's warm-up steps are timed."""
+    source = QueueInput(Counting())
+    graph, train_op, loss, seen = _model(source)
+    calls = []
+
+    def slow_first_call():
+        calls.append(1)
+        if len(calls) == 1:
+            import time
+            time.sleep(1.5)
+        return np.int32(len(calls))
+
+    with graph.as_default():
+        with tf.control_dependencies([train_op]):
+            timed_op = tf.numpy_function(slow_first_call, [], tf.int32)
+    warmup = source.stats.warmup_steps
+    summary = train(timed_op, source, steps=warmup + 10, batch_size=2, progress=False)
+    assert len(calls) == warmup + 10
+    assert summary.steps == warmup + 10
+    assert summary.seconds < 1.5, "the 1.5 s warm-up step was timed"
+    assert summary.steps_per_second == pytest.approx(10 / summary.seconds)
+    assert summary.samples_per_second == pytest.approx(20 / summary.seconds)

@@ -36,8 +36,10 @@ class _ProgressBar(tqdm):
 
 @dataclasses.dataclass
 class TrainSummary:
-    """What :func:`train` measured. Times in seconds; ``stall_fraction`` is the share of step
-    time spent waiting for input (from the source's statistics, after its warm-up steps)."""
+    """What :func:`train` measured. Times in seconds. ``seconds``, ``steps_per_second`` and
+    ``samples_per_second`` cover the steps after the source's warm-up steps (all steps when the run
+    is not longer than the warm-up); ``stall_fraction`` is the share of step time spent waiting
+    for input, from the source's statistics over the same steps."""
 
     steps: int
     seconds: float
@@ -84,26 +86,33 @@ def train(train_op: Any, source: InputSource, steps: int, *, fetches: Optional[D
     fetches = dict(fetches or {})
     values: Dict[str, Any] = {}
     bar = _ProgressBar(total=steps, disable=not progress, unit="step", dynamic_ncols=True)
-    started = time.perf_counter()
+    # Throughput leaves out the same warm-up steps as the source's input statistics (graph
+    # optimisation and queue filling), unless the run is too short to have steps after them.
+    warmup = source.stats.warmup_steps if steps > source.stats.warmup_steps else 0
+    started = ended = time.perf_counter()
     try:
         with hooked_session(session, source, *hooks) as run:
             started = time.perf_counter()
             for step in range(steps):
                 values = run({"train_op": train_op, "fetches": fetches})["fetches"]
+                if step + 1 == warmup:
+                    started = time.perf_counter()
                 if callback is not None:
                     callback(step, values)
                 bar.update(1)
                 if values:
                     bar.set_postfix({k: _short(v) for k, v in values.items()}, refresh=False)
-        seconds = time.perf_counter() - started
+            ended = time.perf_counter()
+        seconds = ended - started
+        timed_steps = steps - warmup
     finally:
         bar.close()
         if own_session:
             session.close()
     stats = source.stats.summary()
     summary = TrainSummary(
-        steps=steps, seconds=seconds, steps_per_second=steps / seconds if seconds > 0 else 0.0,
-        samples_per_second=steps * batch_size / seconds if batch_size and seconds > 0 else None,
+        steps=steps, seconds=seconds, steps_per_second=timed_steps / seconds if seconds > 0 else 0.0,
+        samples_per_second=timed_steps * batch_size / seconds if batch_size and seconds > 0 else None,
         input_wait_seconds=stats["input_wait_s"], stall_fraction=stats["stall_fraction"],
         mean_queue_size=stats["mean_queue_size"], last_fetches=values)
     logger.info("%s: %s", source.name, summary)
