@@ -239,3 +239,45 @@ def test_zmq_input_receives_pushed_datapoints_in_order():
     assert source.stats.steps == 6
     source.close()
     source.close()
+
+
+def test_zmq_input_fails_clearly_when_producers_fall_silent(caplog):
+    """Producers that die leave the trainer waiting: with ``timeout`` the step fails with an error
+    naming the source and the address within about that time, after one datapoint arrived."""
+    import logging
+    import threading
+    import time
+
+    from inputpipe.dataflow.remote import send_dataflow_zmq
+    from inputpipe.input_source import InputSourceError, ZMQInput
+
+    source = ZMQInput("tcp://127.0.0.1:*", hwm=10, timeout=0.6, warn_after=0.25)
+    graph, (x, label) = build(source)
+    source.reset_state()
+    sender = threading.Thread(target=send_dataflow_zmq, args=(Counting(1), source.endpoints[0]),
+                              kwargs={"num_epochs": 1}, name="test-sender")
+    received = []
+    with caplog.at_level(logging.WARNING, logger="inputpipe"):
+        with pytest.raises(InputSourceError) as info:
+            with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
+                sender.start()
+                received.append(run([x, label]))
+                started = time.monotonic()
+                run([x, label])  # the producer sent its only datapoint: silence, then the error
+        waited = time.monotonic() - started
+    sender.join(5)
+    source.close()
+    assert len(received) == 1 and int(received[0][1]) == 0
+    assert waited < 0.6 + 2.0, "the error plus shutdown took {:.2f} s".format(waited)
+    message = str(info.value)
+    assert "ZMQInput" in message and source.endpoints[0] in message and "none arrived" in message
+    assert any("no datapoint arrived" in r.getMessage() for r in caplog.records)
+
+
+def test_zmq_input_rejects_bad_health_settings():
+    from inputpipe.input_source import ZMQInput
+
+    with pytest.raises(ValueError, match="ZMQInput: timeout must be a positive"):
+        ZMQInput("tcp://127.0.0.1:*", hwm=10, timeout=0)
+    with pytest.raises(ValueError, match="ZMQInput: warn_after must be a positive"):
+        ZMQInput("tcp://127.0.0.1:*", hwm=10, warn_after=-1)
