@@ -10,9 +10,10 @@ import psutil
 import pytest
 
 from inputpipe.dataflow import (
-    DataFlow, MultiProcessMapAndBatchData, MultiProcessMapData, MultiProcessMapDataZMQ, MultiThreadMapData,
+    BatchData, DataFlow, MultiProcessMapAndBatchData, MultiProcessMapData, MultiProcessMapDataZMQ, MultiThreadMapData,
     ThreadedMapData,
 )
+from inputpipe.dataflow.parallel_map import _ParallelMapBase
 from inputpipe.utils.errors import WorkerError
 
 
@@ -104,6 +105,50 @@ def test_non_strict_map_streams_across_epochs_and_loses_nothing(cls):
     assert len(set(stream[:70])) == 70
 
 
+class ShuffledAnswers(_ParallelMapBase):
+    """The scheduler of the parallel maps with workers simulated in this thread: each worker
+    answers its tasks in order, but which worker answers next, and whether any answers within a
+    poll interval, is drawn from a seeded RNG. It replays orders that threads produce rarely."""
+
+    def __init__(self, ds, num_workers, buffer_size, strict, ordered, seed):
+        super().__init__(ds, num_workers, buffer_size, strict, ordered)
+        self.rng = np.random.RandomState(seed)
+        self.queues = [[] for _ in range(num_workers)]
+
+    def _start(self):
+        pass
+
+    def _submit(self, rank, task):
+        self.queues[rank].append(task)
+
+    def _receive(self, timeout):
+        busy = [rank for rank, tasks in enumerate(self.queues) if tasks]
+        if not busy or self.rng.rand() < 0.3:
+            return None
+        rank = busy[self.rng.randint(len(busy))]
+        epoch, seq, dp = self.queues[rank].pop(0)
+        return rank, [epoch, seq, identity(dp)]
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_continuous_epochs_have_exactly_len_answers_whatever_the_answer_order(ordered):
+    # several answers becoming due at once (ordered mode) must not overshoot an epoch: an
+    # earlier scheduler yielded them all, so an epoch could have an extra datapoint
+    for seed in range(200):
+        df = ShuffledAnswers(Indexed(100), 2, 30, strict=False, ordered=ordered, seed=seed)
+        df.reset_state()
+        epochs = [[p[0] for p in df] for _ in range(4)]
+        assert [len(epoch) for epoch in epochs] == [100] * 4, "seed {}".format(seed)
+        stream = [i for epoch in epochs for i in epoch]
+        if ordered:
+            assert stream == [i % 100 for i in range(400)], "seed {}".format(seed)
+        counts = np.bincount(stream, minlength=100)
+        assert counts.min() >= 3 and counts.max() <= 5 and len(set(stream[:70])) == 70, "seed {}".format(seed)
+
+
 @pytest.mark.parametrize("cls,worker", [(MultiThreadMapData, "MultiThreadMapData-thread-"),
                                         (MultiProcessMapData, "MultiProcessMapData: worker ")])
 def test_map_exception_reaches_consumer_with_traceback_within_1s(cls, worker):
@@ -153,6 +198,51 @@ def test_map_and_batch_stacks_whole_batches_in_the_workers():
     for images, labels in batches:
         assert images.shape == (10, 8, 8, 3) and images.dtype == np.uint8
         assert labels.shape == (10,) and (images[:, 0, 0, 0] == labels).all()
+
+
+def image_of_72kb(dp):
+    return [np.full((24, 256, 3), dp[0], np.float32), dp[0]]
+
+
+def test_holding_a_batch_of_datapoints_never_falls_back_to_the_pipe():
+    # 64 held datapoints (4.7 MB) plus up to 100 in flight (7.2 MB) do not fit in 8 MiB: the
+    # worker must wait for the consumer to take and free datapoints, never use the pipe
+    df = MultiProcessMapData(Indexed(640), 1, image_of_72kb, buffer_size=100, strict=True, shm_bytes=8 << 20)
+    batches = BatchData(df, 64)
+    batches.reset_state()
+    with df:
+        for _ in range(2):
+            labels = []
+            for images, batch_labels in batches:
+                assert images.shape == (64, 24, 256, 3) and images.dtype == np.float32
+                assert (images[:, 0, 0, 0] == batch_labels).all() and (images[:, -1, -1, -1] == batch_labels).all()
+                labels.extend(batch_labels.tolist())
+            assert sorted(labels) == list(range(640))
+        assert df.pipe_fallbacks == 0
+
+
+def test_holding_whole_batches_from_map_and_batch_never_falls_back_to_the_pipe():
+    df = MultiProcessMapAndBatchData(Indexed(640), 2, image_of_72kb, batch_size=16, strict=True, shm_bytes=8 << 20)
+    df.reset_state()
+    with df:
+        held = []                    # the consumer keeps the last 4 batches (4.6 MB per worker at most)
+        labels = []
+        for images, batch_labels in df:
+            assert (images[:, 0, 0, 0] == batch_labels).all()
+            labels.extend(batch_labels.tolist())
+            held = held[-3:] + [images]
+        assert sorted(labels) == list(range(640))
+        assert df.pipe_fallbacks == 0
+
+
+def test_keeping_everything_falls_back_to_the_pipe_and_loses_nothing():
+    df = MultiProcessMapData(Indexed(100), 1, image_of_72kb, strict=True, ordered=True, shm_bytes=2 << 20)
+    df.reset_state()
+    with df:
+        kept = list(df)              # 7.2 MB held against 2 MiB of shared memory
+        assert [label for _, label in kept] == list(range(100))
+        assert all(image[0, 0, 0] == label and image[-1, -1, -1] == label for image, label in kept)
+        assert df.pipe_fallbacks == 100 - (2 << 20) // (24 * 256 * 3 * 4)   # all that did not fit
 
 
 def test_thread_alias_and_argument_checks():

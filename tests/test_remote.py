@@ -7,7 +7,6 @@ import time
 import numpy as np
 import pytest
 import zmq
-import zmq.utils.garbage
 
 from inputpipe.dataflow import DataFlow, RemoteDataZMQ, send_dataflow_zmq
 from inputpipe.dataflow.remote import normalize_address
@@ -15,11 +14,6 @@ from inputpipe.utils import serialize
 from inputpipe.utils.concurrency import StoppableThread
 
 TIMEOUT = 10.0
-
-# pyzmq keeps one thread per process that frees the buffers of zero-copy sends; it starts on the
-# first large copy=False send and lives until exit. Start it now so no test is blamed for it.
-if not zmq.utils.garbage.gc.is_alive():
-    zmq.utils.garbage.gc.start()
 
 
 class Indexed(DataFlow):
@@ -64,6 +58,20 @@ def test_datapoints_arrive_intact_over_tcp_on_127_0_0_1():
         assert arr.dtype == np.float32 and arr.shape == (64, 64) and (arr == i).all()
         assert meta == {"name": "dp{}".format(i)}
         assert not arr.flags.owndata            # a view of the received frame: no copy
+
+
+def test_tensorpack_format_keyword_is_accepted_and_a_positional_format_is_a_clear_error():
+    with RemoteDataZMQ("tcp://:*") as df:
+        df.reset_state()
+        sender = _sender_thread(Indexed(3), df.endpoints[0], format="zmq_op", num_epochs=1)
+        points = _receive(df, 3)
+        sender.join(TIMEOUT)
+    assert [p[0] for p in points] == [0, 1, 2]
+    with pytest.raises(TypeError, match=r"bind \(the 4th positional parameter\) must be True or False, got "
+                                        r"'zmq_op'\. tensorpack's 4th parameter is format; pass it as a keyword"):
+        send_dataflow_zmq(Indexed(3), "tcp://127.0.0.1:9", 50, "zmq_op")
+    with pytest.raises(ValueError, match=r"format must be one of \(None, 'zmq_op', 'zmq_ops'\).*got 'json'"):
+        send_dataflow_zmq(Indexed(3), "tcp://127.0.0.1:9", format="json")
 
 
 def test_addresses_default_to_127_0_0_1():

@@ -277,6 +277,9 @@ class BatchData(ProxyDataFlow):
                     yield _aggregate(holder, use_list)
                 return
             yield _aggregate(holder, use_list)
+            # drop the batched datapoints now, not once the next batch is complete: a parallel
+            # DataFlow's shared memory behind them is then free while the next batch is collected
+            del holder
 
     @staticmethod
     def aggregate_batch(data_holder: List[Any], use_list: bool = False) -> Union[List[Any], Dict[Any, Any]]:

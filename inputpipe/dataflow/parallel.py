@@ -144,6 +144,13 @@ class MultiProcessRunnerZMQ(ProxyDataFlow):
         """Process ids of the workers (empty before ``reset_state()``)."""
         return self._pool.pids
 
+    @property
+    def pipe_fallbacks(self) -> int:
+        """How many large datapoints came through a pipe instead of shared memory, because the
+        consumer still held enough earlier ones to fill it. A diagnostic: 0 unless the consumer
+        keeps many datapoints alive (then consider a larger ``shm_bytes``)."""
+        return self._pool.pipe_fallbacks
+
     def reset_state(self) -> None:
         """Start the worker processes (once; later calls do nothing)."""
         if self._closed:

@@ -322,6 +322,13 @@ class MultiProcessMapData(_ParallelMapBase):
         """Process ids of the workers (empty before ``reset_state()``)."""
         return self._pool.pids
 
+    @property
+    def pipe_fallbacks(self) -> int:
+        """How many large datapoints came through a pipe instead of shared memory, because the
+        consumer still held enough earlier ones to fill it. A diagnostic: 0 unless the consumer
+        keeps many datapoints alive (then consider a larger ``shm_bytes``)."""
+        return self._pool.pipe_fallbacks
+
     def _start(self) -> None:
         self._pool.start()
 

@@ -56,8 +56,13 @@ def normalize_address(addr: Union[str, int]) -> str:
     return addr
 
 
+#: tensorpack's ``format=`` values of ``send_dataflow_zmq``. inputpipe has one wire format, which
+#: every inputpipe receiver (``RemoteDataZMQ``, ``ZMQInput``) reads, so each means the same here.
+TENSORPACK_FORMATS = (None, "zmq_op", "zmq_ops")
+
+
 def send_dataflow_zmq(df: DataFlow, addr: Union[str, int], hwm: int = 50, bind: bool = False, *,
-                      num_epochs: Optional[int] = None) -> None:
+                      num_epochs: Optional[int] = None, format: Optional[str] = None) -> None:
     """Push every datapoint of ``df`` to ``addr`` (a ZeroMQ PUSH socket); forever by default.
 
     Calls ``df.reset_state()``. Connects to ``addr`` (where a :class:`RemoteDataZMQ` listens)
@@ -65,10 +70,25 @@ def send_dataflow_zmq(df: DataFlow, addr: Union[str, int], hwm: int = 50, bind: 
     slower, this waits. With ``num_epochs``, returns after that many passes, once the queued
     datapoints are delivered (giving up after ``SEND_LINGER_SECONDS``).
 
+    Differences from tensorpack's ``send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False)``:
+    the 4th positional parameter is ``bind``, and ``format`` is keyword-only. Messages are always
+    inputpipe's wire format (:mod:`inputpipe.utils.serialize`), which :class:`RemoteDataZMQ` and
+    :class:`~inputpipe.input_source.ZMQInput` read, so tensorpack's ``format=None``, ``"zmq_op"``
+    and ``"zmq_ops"`` are accepted as keywords and change nothing (so is ``None`` in the 4th place);
+    any other format raises a ``ValueError``, and a format passed positionally (so as ``bind``)
+    a ``TypeError`` that says to pass it as ``format=``.
+
     Example::
 
         send_dataflow_zmq(BatchData(MyImages(), 64), "tcp://trainer-host:8877")
     """
+    if bind is not None and not isinstance(bind, (bool, int)):
+        raise TypeError("send_dataflow_zmq: bind (the 4th positional parameter) must be True or False, got "
+                        "{!r}. tensorpack's 4th parameter is format; pass it as a keyword "
+                        "(format={!r}) or leave it out.".format(bind, bind))
+    if format not in TENSORPACK_FORMATS:
+        raise ValueError("send_dataflow_zmq: format must be one of {} (all mean inputpipe's wire format, "
+                         "which RemoteDataZMQ and ZMQInput read), got {!r}".format(TENSORPACK_FORMATS, format))
     endpoint = normalize_address(addr)
     df.reset_state()
     context = zmq.Context()

@@ -3,15 +3,26 @@
 Datapoints travel in the wire format of :mod:`inputpipe.utils.serialize` (a msgpack header plus
 raw array frames); nothing is pickled. Small datapoints go through the pipe. Large array frames
 are written once, by the worker, into a shared-memory segment owned by that worker's channel;
-the parent builds its numpy arrays directly on that memory (zero copy) and the region is handed
-back to the worker when the last of those arrays is garbage-collected. When the segment is full
-the worker waits briefly for the consumer to drop old arrays; if it keeps them (e.g.
-``list(df)``), frames go through the pipe instead, so a consumer that holds on to data slows
-the channel down but never blocks it.
+the parent builds its numpy arrays directly on that memory (zero copy).
 
-The segment is a file in ``/dev/shm`` that the worker unlinks as soon as it has mapped it (the
-parent also removes it on close, in case the worker never started), so no file is left behind,
-even when the parent is killed.
+Each large datapoint occupies one region of the segment, and a small table at the start of the
+segment holds each region's state: *sent* (written by the worker, message on its way), *received*
+(the parent has read the message; the consumer holds the arrays) or *free* (the last of those
+arrays was garbage-collected, which in CPython happens as soon as the consumer drops it). The
+worker places new regions first-fit into the gaps between live ones, so memory freed anywhere
+(e.g. behind a batch that ``BatchData`` is still assembling) is reused at once. The table has a
+slot for every region the segment can hold, so only the bytes of the segment ever limit it.
+
+When the segment is full, the worker waits while some of it is still *sent*: the consumer is
+about to take those datapoints (this is ordinary back-pressure). When all of it is *received*,
+the consumer keeps everything it got (e.g. ``list(df)``), and waiting might never end: frames
+then go through the pipe, slower but never stuck, and :attr:`ParentEnd.pipe_fallbacks` counts
+them.
+
+The segment is a file in ``/dev/shm`` that the worker maps with its pages populated up front
+(no page faults while copying) and unlinks as soon as it has mapped it (the parent also removes
+it on close, in case the worker never started), so no file is left behind, even when the parent
+is killed.
 
 Example::
 
@@ -19,6 +30,7 @@ Example::
     # in the worker:  end = worker_spec.open(); end.send_datapoint([np.zeros(10)])
     # in the parent:  kind, value = parent_end.receive()
 """
+import bisect
 import mmap
 import multiprocessing as mp
 import multiprocessing.connection
@@ -28,7 +40,7 @@ import tempfile
 import time
 import traceback
 import weakref
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -44,12 +56,10 @@ logger = get_logger(__name__)
 DEFAULT_SHM_BYTES = 96 << 20
 #: Datapoints whose array frames total less than this go through the pipe.
 SHM_MIN_BYTES = 64 << 10
-#: How long a worker waits for the consumer to free shared memory before using the pipe.
-SHM_WAIT_SECONDS = 0.1
-_SHM_POLL_SECONDS = 0.0005
-_MAX_REGIONS = 64
+_SHM_POLL_SECONDS = (0.0002, 0.002)   # a full segment is re-checked this often (backing off)
 _ALIGN = 64
-_FLAGS_BYTES = _MAX_REGIONS
+# the state of each region, in the segment's table
+_FREE, _SENT, _RECEIVED = 0, 1, 2
 #: Internal channels carry trusted data of any size; the limit only guards against corruption.
 _INTERNAL_MAX_BYTES = 1 << 40
 
@@ -58,6 +68,22 @@ _DATA, _ERROR = "dp", "err"
 
 def _aligned(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _uses_shared_memory(lengths: List[int]) -> bool:
+    """Whether a datapoint with array frames of these sizes goes through shared memory."""
+    return sum(_aligned(n) for n in lengths) >= SHM_MIN_BYTES
+
+
+def _table_bytes(capacity: int) -> int:
+    """Bytes of the region table in front of the data: one state byte per region the segment
+    can hold (every region is at least ``SHM_MIN_BYTES``), rounded up to whole pages."""
+    slots = capacity // SHM_MIN_BYTES + 1
+    return (slots + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+
+
+def _table(mm: mmap.mmap, capacity: int) -> np.ndarray:
+    return np.frombuffer(mm, np.uint8, count=capacity // SHM_MIN_BYTES + 1)
 
 
 def _shm_dir() -> str:
@@ -69,8 +95,8 @@ def _create_segment(component: str, size: int) -> Tuple[Optional[str], Optional[
         return None, None
     fd, path = tempfile.mkstemp(prefix="inputpipe-", dir=_shm_dir())
     try:
-        os.posix_fallocate(fd, 0, _FLAGS_BYTES + size)
-        mm = mmap.mmap(fd, _FLAGS_BYTES + size)
+        os.posix_fallocate(fd, 0, _table_bytes(size) + size)
+        mm = mmap.mmap(fd, _table_bytes(size) + size)
     except OSError as err:
         os.unlink(path)
         logger.warning("%s: cannot reserve %d bytes of shared memory in %s (%s); large arrays will "
@@ -87,8 +113,9 @@ def open_channel(component: str, shm_bytes: int = DEFAULT_SHM_BYTES) -> Tuple["P
     result_reader, result_writer = mp.Pipe(duplex=False)
     command_reader, command_writer = mp.Pipe(duplex=False)
     path, mm = _create_segment(component, shm_bytes)
-    spec = WorkerSpec(result_writer, command_reader, path, shm_bytes if mm is not None else 0)
-    return ParentEnd(component, result_reader, command_writer, path, mm), spec
+    capacity = shm_bytes if mm is not None else 0
+    spec = WorkerSpec(result_writer, command_reader, path, capacity)
+    return ParentEnd(component, result_reader, command_writer, path, mm, capacity), spec
 
 
 class WorkerSpec:
@@ -124,48 +151,33 @@ class WorkerEnd:
         self._commands = spec.command_reader
         self._capacity = spec.shm_bytes
         self._mm = None
-        self._flags = None
+        self._regions = None
         if spec.shm_path is not None:
+            size = _table_bytes(self._capacity) + self._capacity
+            # MAP_POPULATE maps every page now: copies into the segment never stop on a page fault
             with open(spec.shm_path, "r+b") as f:
-                self._mm = mmap.mmap(f.fileno(), _FLAGS_BYTES + self._capacity)
+                self._mm = mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
             _unlink(spec.shm_path)      # mapped on both sides: no name needed, none left behind
-            self._flags = np.frombuffer(self._mm, np.uint8, count=_MAX_REGIONS)
-        self._regions = {}          # region id -> (offset, size), as far as this side knows
-        self._consumer_keeps_arrays = False
+            self._regions = _Regions(_table(self._mm, self._capacity), self._capacity)
         self._reader = None
 
     def _send_control(self, control: dict) -> None:
         self._conn.send_bytes(serialize.dumps(control))
 
-    def _allocate(self, size: int) -> Optional[Tuple[int, int]]:
-        """A free (region id, offset) of ``size`` bytes, or None when the segment is full."""
-        for rid in [r for r in self._regions if self._flags[r] == 0]:
-            del self._regions[rid]
-        if len(self._regions) >= _MAX_REGIONS or size > self._capacity:
-            return None
-        # first fit from the start: recently freed memory is reused first, while still in cache
-        pos = 0
-        for off, n in sorted(self._regions.values()):
-            if off >= pos + size:
-                break
-            pos = max(pos, off + n)
-        if pos + size <= self._capacity:
-            rid = next(r for r in range(_MAX_REGIONS) if r not in self._regions)
-            self._regions[rid] = (pos, size)
-            return rid, pos
-        return None
-
     def _allocate_waiting(self, size: int) -> Optional[Tuple[int, int]]:
-        """Like :meth:`_allocate`, but when the segment is full wait up to ``SHM_WAIT_SECONDS``
-        for the consumer to drop old arrays. If it does not (it keeps them), stop waiting until
-        a region is free again: the pipe is used meanwhile."""
-        slot = self._allocate(size)
-        if slot is None and not self._consumer_keeps_arrays and size <= self._capacity:
-            deadline = time.monotonic() + SHM_WAIT_SECONDS
-            while slot is None and time.monotonic() < deadline:
-                time.sleep(_SHM_POLL_SECONDS)
-                slot = self._allocate(size)
-        self._consumer_keeps_arrays = slot is None
+        """A region of ``size`` bytes as ``(region id, offset)``, or None: use the pipe.
+
+        When the segment is full, wait (polling, backing off) as long as part of it is still on
+        its way to the parent; the consumer then takes it and frees what it no longer holds.
+        When the consumer has received everything and holds it, return None at once."""
+        slot = self._regions.allocate(size)
+        pause = _SHM_POLL_SECONDS[0]
+        while slot is None and size <= self._capacity and self._regions.awaiting_receipt():
+            if self._reader is not None and not self._reader.is_alive():
+                raise EOFError("the parent closed the channel")
+            time.sleep(pause)
+            pause = min(2 * pause, _SHM_POLL_SECONDS[1])
+            slot = self._regions.allocate(size)
         return slot
 
     def send_datapoint(self, obj: Any) -> int:
@@ -173,8 +185,8 @@ class WorkerEnd:
         frames = serialize.dumps_frames(obj)
         payload = [memoryview(f).cast("B") for f in frames[1:]]
         lengths = [p.nbytes for p in payload]
-        total = sum(_aligned(n) for n in lengths)
-        slot = self._allocate_waiting(total) if self._mm is not None and total >= SHM_MIN_BYTES else None
+        use_shm = self._mm is not None and _uses_shared_memory(lengths)
+        slot = self._allocate_waiting(sum(_aligned(n) for n in lengths)) if use_shm else None
         control = {"k": _DATA, "h": bytes(frames[0]), "len": lengths, "r": -1, "o": 0}
         if slot is None:
             self._send_control(control)
@@ -182,11 +194,10 @@ class WorkerEnd:
                 self._conn.send_bytes(part)
         else:
             rid, base = slot
-            pos = _FLAGS_BYTES + base
+            pos = _table_bytes(self._capacity) + base
             for part in payload:          # np.copyto releases the GIL while it copies
                 np.copyto(np.frombuffer(self._mm, np.uint8, part.nbytes, pos), np.frombuffer(part, np.uint8))
                 pos += _aligned(part.nbytes)
-            self._flags[rid] = 1
             control["r"], control["o"] = rid, base
             self._send_control(control)
         return sum(lengths)
@@ -218,6 +229,60 @@ class WorkerEnd:
         return command
 
 
+class _Regions:
+    """The worker's view of its segment: which regions are live, where, and where a new one fits.
+
+    The parent only ever changes a region's state from *sent* to *received* to *free*; the worker
+    reclaims free regions lazily, when it next allocates.
+
+    Example::
+
+        regions = _Regions(table, capacity)
+        rid, offset = regions.allocate(4 << 20) or (None, None)
+    """
+
+    def __init__(self, states: np.ndarray, capacity: int):
+        self._states = states
+        self._capacity = capacity
+        self._live = np.zeros(len(states), bool)
+        self._spare_ids = list(range(len(states) - 1, -1, -1))
+        self._starts: List[int] = []            # offsets of the live regions, sorted
+        self._ends: List[int] = []              # their ends, in the same order
+        self._start_of: Dict[int, int] = {}     # region id -> offset
+
+    def _reclaim(self) -> None:
+        for rid in np.flatnonzero(self._live & (self._states == _FREE)).tolist():
+            index = bisect.bisect_left(self._starts, self._start_of.pop(rid))
+            del self._starts[index], self._ends[index]
+            self._live[rid] = False
+            self._spare_ids.append(rid)
+
+    def allocate(self, size: int) -> Optional[Tuple[int, int]]:
+        """``(region id, offset)`` of ``size`` free bytes, marked *sent*; None if none fit."""
+        self._reclaim()
+        if not self._spare_ids or size > self._capacity:
+            return None
+        pos, index = 0, len(self._starts)
+        for i, start in enumerate(self._starts):    # first fit: the lowest gap that is big enough
+            if start - pos >= size:
+                index = i
+                break
+            pos = self._ends[i]
+        if pos + size > self._capacity:
+            return None
+        rid = self._spare_ids.pop()
+        self._starts.insert(index, pos)
+        self._ends.insert(index, pos + size)
+        self._start_of[rid] = pos
+        self._live[rid] = True
+        self._states[rid] = _SENT
+        return rid, pos
+
+    def awaiting_receipt(self) -> bool:
+        """Whether some region was sent and the parent has not read its message yet."""
+        return bool(np.any(self._states[self._live] == _SENT))
+
+
 _EOF = object()
 
 
@@ -243,18 +308,23 @@ class _CommandReader(StoppableThread):
 class ParentEnd:
     """The parent's end of one worker's channel.
 
+    ``pipe_fallbacks`` counts the large datapoints that came through the pipe because the
+    shared-memory segment was full of arrays the consumer still held.
+
     Example::
 
         kind, value = end.receive()   # ("data", datapoint) or ("error", (summary, traceback))
     """
 
-    def __init__(self, component: str, result_reader, command_writer, shm_path, mm):
+    def __init__(self, component: str, result_reader, command_writer, shm_path, mm, capacity: int):
         self.component = component
         self.connection = result_reader
         self._commands = command_writer
         self._shm_path = shm_path
         self._mm = mm
-        self._flags = np.frombuffer(mm, np.uint8, count=_MAX_REGIONS) if mm is not None else None
+        self._data_offset = _table_bytes(capacity)
+        self._states = _table(mm, capacity) if mm is not None else None
+        self.pipe_fallbacks = 0
 
     def receive(self) -> Tuple[str, Any]:
         """Read one message: ``("data", datapoint)`` or ``("error", (summary, traceback))``.
@@ -267,15 +337,25 @@ class ParentEnd:
             raise serialize.WireFormatError("{}: expected a message from a worker, got {!r}".format(
                 self.component, control))
         if control["r"] < 0:
+            if self._states is not None and _uses_shared_memory(control["len"]):
+                self._note_fallback(control["len"])
             frames = [control["h"]] + [self.connection.recv_bytes() for _ in control["len"]]
             return "data", serialize.loads_frames(frames, max_bytes=_INTERNAL_MAX_BYTES, copy=True)
         return "data", self._load_shared(control)
 
+    def _note_fallback(self, lengths: List[int]) -> None:
+        if not self.pipe_fallbacks:
+            logger.info("%s: a worker's shared memory is full of arrays the consumer still holds; a "
+                        "datapoint of %d bytes came through a pipe (slower). Keep fewer datapoints "
+                        "alive or pass a larger shm_bytes.", self.component, sum(lengths))
+        self.pipe_fallbacks += 1
+
     def _load_shared(self, control: dict) -> Any:
-        rid, pos = control["r"], _FLAGS_BYTES + control["o"]
+        rid, pos = control["r"], self._data_offset + control["o"]
+        self._states[rid] = _RECEIVED
         size = sum(_aligned(n) for n in control["len"])
         region = np.frombuffer(self._mm, np.uint8, count=size, offset=pos)
-        weakref.finalize(region, _release_region, self._flags, rid)
+        weakref.finalize(region, _release_region, self._states, rid)
         frames, pos = [control["h"]], 0
         for n in control["len"]:
             frames.append(memoryview(region[pos:pos + n]))
@@ -295,7 +375,7 @@ class ParentEnd:
         self._unlink()
         self.connection.close()
         self._commands.close()
-        self._flags = None
+        self._states = None
         self._mm = None
 
 
@@ -306,8 +386,8 @@ def _unlink(path: str) -> None:
         pass
 
 
-def _release_region(flags: np.ndarray, rid: int) -> None:
-    flags[rid] = 0
+def _release_region(states: np.ndarray, rid: int) -> None:
+    states[rid] = _FREE
 
 
 def wait_ready(ends: List[ParentEnd], sentinels: List[int], timeout: float) -> List[Any]:

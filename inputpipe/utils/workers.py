@@ -249,6 +249,12 @@ class WorkerPool:
     def pids(self) -> List[int]:
         return self._procs.pids if self._procs else []
 
+    @property
+    def pipe_fallbacks(self) -> int:
+        """Large datapoints that came through a pipe because a worker's shared memory was full of
+        arrays the consumer still held (see :mod:`~inputpipe.utils.channel`)."""
+        return sum(end.pipe_fallbacks for end in self._ends)
+
     def start(self) -> None:
         """Check that the target and arguments can be pickled (``spawn``/``forkserver``), make
         the channels and start the workers."""
