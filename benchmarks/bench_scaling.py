@@ -79,9 +79,21 @@ def _time(iterator, count):
     for _ in range(WARMUP):
         next(iterator)
     start = time.perf_counter()
-    for _ in range(count):
+    for _ in range(count - 1):
         next(iterator)
-    return time.perf_counter() - start
+    last = next(iterator)
+    elapsed = time.perf_counter() - start
+    _check_mapped(last)
+    return elapsed
+
+
+def _check_mapped(datapoint):
+    """A loader's output must be the map's result for its index: the work was really done."""
+    index, value = int(datapoint[0]), float(datapoint[1])
+    expected = cpu_work(index)[1]
+    if value != expected:
+        raise AssertionError("datapoint {} came back as {} but the map gives {}: the loader did not run the "
+                             "same work".format(index, value, expected))
 
 
 def _bare_worker(start_event, count, done):
