@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, List, Optional
 
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import WorkerError
-from ..utils.workers import WorkerPool
+from ..utils.workers import WorkerPool, WorkerPoolOwner
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, get_length
 
 __all__ = [
@@ -81,7 +81,7 @@ def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[i
             raise _empty_epoch_error(ds)
 
 
-class MultiProcessRunnerZMQ(ProxyDataFlow):
+class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
     """Run ``num_proc`` COPIES of ``ds`` in worker processes and yield their datapoints.
 
     .. warning::
@@ -138,18 +138,6 @@ class MultiProcessRunnerZMQ(ProxyDataFlow):
         self._ack_every = 1 if max_bytes is not None else max(1, per_worker // 4)
         self._guard = DataFlowReentrantGuard(name)
         self._closed = False
-
-    @property
-    def worker_pids(self) -> List[int]:
-        """Process ids of the workers (empty before ``reset_state()``)."""
-        return self._pool.pids
-
-    @property
-    def pipe_fallbacks(self) -> int:
-        """How many large datapoints came through a pipe instead of shared memory, because the
-        consumer still held enough earlier ones to fill it. A diagnostic: 0 unless the consumer
-        keeps many datapoints alive (then consider a larger ``shm_bytes``)."""
-        return self._pool.pipe_fallbacks
 
     def reset_state(self) -> None:
         """Start the worker processes (once; later calls do nothing)."""

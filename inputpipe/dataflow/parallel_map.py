@@ -29,7 +29,7 @@ import numpy as np
 
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import WorkerError
-from ..utils.workers import WorkerPool
+from ..utils.workers import WorkerPool, WorkerPoolOwner
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, get_length
 from .common import BatchData
 from .parallel import _check_positive, _stop_threads
@@ -272,7 +272,7 @@ def _serve_map(rank: int, end, map_func: Callable, batch_size: Optional[int]) ->
             end.send_datapoint([epoch, seq, _apply(map_func, batch_size, task)])
 
 
-class MultiProcessMapData(_ParallelMapBase):
+class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
     """Apply ``map_func`` to each datapoint of ``ds`` in ``num_proc`` worker processes.
 
     The source ``ds`` is iterated in the consumer's process (call ``reset_state()`` there); only
@@ -316,18 +316,6 @@ class MultiProcessMapData(_ParallelMapBase):
         self.map_func = map_func
         self._pool = WorkerPool(type(self).__name__, _serve_map, num_proc, (map_func, self._batch_size),
                                 start_method, shm_bytes)
-
-    @property
-    def worker_pids(self) -> List[int]:
-        """Process ids of the workers (empty before ``reset_state()``)."""
-        return self._pool.pids
-
-    @property
-    def pipe_fallbacks(self) -> int:
-        """How many large datapoints came through a pipe instead of shared memory, because the
-        consumer still held enough earlier ones to fill it. A diagnostic: 0 unless the consumer
-        keeps many datapoints alive (then consider a larger ``shm_bytes``)."""
-        return self._pool.pipe_fallbacks
 
     def _start(self) -> None:
         self._pool.start()

@@ -46,7 +46,7 @@ from .concurrency import POLL_INTERVAL, StoppableThread
 from .errors import WorkerError
 from .logger import get_logger
 
-__all__ = ["START_METHODS", "default_start_method", "WorkerProcesses", "WorkerPool"]
+__all__ = ["START_METHODS", "default_start_method", "WorkerProcesses", "WorkerPool", "WorkerPoolOwner"]
 
 logger = get_logger(__name__)
 
@@ -339,3 +339,30 @@ def _serve_channel(rank: int, target: Callable, spec, *args) -> None:
     except BaseException as err:
         end.send_error(err)
         raise SystemExit(1)
+
+
+class WorkerPoolOwner:
+    """Mixin for a DataFlow whose work runs on a :class:`WorkerPool` kept in ``self._pool``:
+    exposes the pool's diagnostics.
+
+    Example::
+
+        class MyParallelFlow(WorkerPoolOwner, ProxyDataFlow):
+            def __init__(self, ds):
+                super().__init__(ds)
+                self._pool = WorkerPool("MyParallelFlow", serve, 2, (), None, None)
+    """
+
+    _pool: WorkerPool
+
+    @property
+    def worker_pids(self) -> List[int]:
+        """Process ids of the workers (empty before ``reset_state()``)."""
+        return self._pool.pids
+
+    @property
+    def pipe_fallbacks(self) -> int:
+        """How many large datapoints came through a pipe instead of shared memory, because the
+        consumer still held enough earlier ones to fill it. A diagnostic: 0 unless the consumer
+        keeps many datapoints alive (then consider a larger ``shm_bytes``)."""
+        return self._pool.pipe_fallbacks
