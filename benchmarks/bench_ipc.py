@@ -29,6 +29,7 @@ import numpy as np  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
 from inputpipe.dataflow import DataFlow, MultiProcessRunnerZMQ  # noqa: E402
+from memcpy_reference import copy_seconds  # noqa: E402
 
 SHAPE = (128, 224, 224, 3)
 WARMUP = 5
@@ -54,26 +55,14 @@ class SameBatch(DataFlow):
 
 def time_memcpy(batches):
     src = np.random.RandomState(0).randint(0, 256, size=SHAPE, dtype=np.uint8)
-    dst = np.empty_like(src)
-    for _ in range(WARMUP):
-        np.copyto(dst, src)
-    start = time.perf_counter()
-    for _ in range(batches):
-        np.copyto(dst, src)
-    return time.perf_counter() - start
+    return batches * copy_seconds([src], [np.empty_like(src)], batches, warmup=WARMUP)
 
 
 def time_memcpy_two_buffers(batches):
     """memcpy into two destinations in turn: a zero-copy consumer holds one batch while the
     worker writes the next, so two buffers is the least any such transport cycles through."""
     src = np.random.RandomState(0).randint(0, 256, size=SHAPE, dtype=np.uint8)
-    dst = [np.empty_like(src), np.empty_like(src)]
-    for i in range(WARMUP):
-        np.copyto(dst[i % 2], src)
-    start = time.perf_counter()
-    for i in range(batches):
-        np.copyto(dst[i % 2], src)
-    return time.perf_counter() - start
+    return batches * copy_seconds([src], [np.empty_like(src), np.empty_like(src)], batches, warmup=WARMUP)
 
 
 def _time_iterator(iterator, batches):

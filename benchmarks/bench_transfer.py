@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from inputpipe.dataflow.base import DataFlow  # noqa: E402
 from inputpipe.input_source import QueueInput, StagingInput, hooked_session  # noqa: E402
 from inputpipe.utils.buffers import aligned_empty  # noqa: E402
+from memcpy_reference import copy_seconds  # noqa: E402
 import tensorpack_peer  # noqa: E402
 
 SHAPE = (128, 224, 224, 3)
@@ -50,15 +51,6 @@ class InMemoryBatches(DataFlow):
         while True:
             for batch in self.batches:
                 yield [batch]
-
-
-def memcpy_seconds(src: np.ndarray, repeats: int) -> float:
-    dst = np.empty_like(src)
-    np.copyto(dst, src)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        np.copyto(dst, src)
-    return (time.perf_counter() - start) / repeats
 
 
 def time_steps(run, fetch, warmup: int, steps: int) -> float:
@@ -121,16 +113,6 @@ def aligned_copy(batch: np.ndarray) -> np.ndarray:
     return out
 
 
-def memcpy_rotating_seconds(batches, repeats: int) -> float:
-    """Copy the batches in turn into one warm buffer (each source read once per cycle)."""
-    dst = np.empty_like(batches[0])
-    np.copyto(dst, batches[0])
-    start = time.perf_counter()
-    for i in range(repeats):
-        np.copyto(dst, batches[i % len(batches)])
-    return (time.perf_counter() - start) / repeats
-
-
 MEMCPY = "memcpy, 1 thread (reference)"
 TENSORPACK = "tensorpack 0.11 QueueInput (peer)"
 
@@ -149,8 +131,8 @@ def main() -> None:
     if tensorpack_missing:
         print("{}: not measured: {}".format(TENSORPACK, tensorpack_missing), flush=True)
     methods = [
-        (MEMCPY, lambda: memcpy_seconds(batches[0], 32)),
-        ("memcpy, 1 thread, the 4 batches in turn", lambda: memcpy_rotating_seconds(batches, 32)),
+        (MEMCPY, lambda: copy_seconds([batches[0]], [np.empty_like(batches[0])], 32)),
+        ("memcpy, 1 thread, the 4 batches in turn", lambda: copy_seconds(batches, [np.empty_like(batches[0])], 32)),
         ("QueueInput (capacity 8)", lambda: measure_source(small_queue, batches, args.warmup, args.batches)),
         ("StagingInput(QueueInput)", lambda: measure_source(
             lambda df: StagingInput(small_queue(df), nr_stage=1, device="/cpu:0"), batches, args.warmup,
