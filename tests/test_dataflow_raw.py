@@ -198,8 +198,14 @@ def test_reentrant_guard_pickles_unheld():
     guard = DataFlowReentrantGuard("G")
     with guard:
         copy = pickle.loads(pickle.dumps(guard))
+    entered = []
+    with copy:  # a held guard pickles as an unheld one: the copy in a worker can be entered
+        entered.append(True)
+    assert entered == [True]
     with copy:
-        pass
+        with pytest.raises(RuntimeError, match="G is not re-entrant"):
+            with copy:
+                pass
 
 
 # --- FakeData ----------------------------------------------------------------------------------

@@ -78,9 +78,14 @@ def test_round_trip_in_order(kind, make, tmp_path):
 @pytest.mark.parametrize("kind", SERIALIZERS)
 def test_loaded_arrays_are_writable(kind, tmp_path):
     save(kind, list_datapoints(3), tmp_path / "data")
+    loaded = 0
     for dp in load(kind, tmp_path / "data"):
+        i = int(dp[1])
         dp[0] += 1
         dp[3][0, 0] = 7
+        assert dp[0][0, 0] == i + 1 and dp[3][0, 0] == 7 and dp[3][0, 1] == i
+        loaded += 1
+    assert loaded == 3
 
 
 @pytest.mark.parametrize("kind", SERIALIZERS)
