@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -145,6 +146,62 @@ def test_shared_memory_regions_are_placed_first_fit_and_reused_as_soon_as_freed(
     assert regions.allocate(unit)[1] == unit                   # the gap behind a held region
     assert regions.allocate(unit)[1] == 3 * unit
     assert regions.allocate(1) is None
+
+
+def _regions(units: int):
+    unit = channel.SHM_MIN_BYTES
+    states = channel._table(bytearray(channel._table_bytes(units * unit)), units * unit)
+    return states, channel._Regions(states, units * unit), unit
+
+
+def test_new_regions_go_where_memory_was_released_most_recently():
+    states, regions, unit = _regions(8)
+    a, b, c, d = (regions.allocate(unit) for _ in range(4))
+    assert [r[1] for r in (a, b, c, d)] == [0, unit, 2 * unit, 3 * unit]
+    states[[a[0], c[0]]] = channel._FREE          # seen free together: c was allocated later
+    assert regions.allocate(unit)[1] == 2 * unit  # c's memory, not the lowest gap (a's)
+    assert regions.allocate(unit)[1] == 0         # then a's
+    states[d[0]] = channel._FREE
+    assert regions.allocate(unit)[1] == 3 * unit  # d's, though the end of the segment is free too
+    assert regions.allocate(unit)[1] == 4 * unit  # nothing released is left: the lowest gap
+
+
+def test_a_region_too_big_for_the_warm_gap_goes_to_the_lowest_gap_that_fits():
+    states, regions, unit = _regions(8)
+    a, b, c = (regions.allocate(unit) for _ in range(3))
+    states[b[0]] = channel._FREE                  # b's gap (1 unit) is the warm one
+    assert regions.allocate(2 * unit)[1] == 3 * unit
+    assert regions.allocate(unit)[1] == unit      # b's memory is still preferred for what fits
+
+
+def test_the_worker_waits_for_the_consumer_to_release_the_region_before_the_last(monkeypatch):
+    monkeypatch.setattr(channel, "_WARM_WAIT_MAX_SECONDS", 10.0)
+    monkeypatch.setattr(channel, "_WARM_WAIT_PER_BYTE", 1.0)
+    states, regions, unit = _regions(8)
+    a, b = regions.allocate(unit), regions.allocate(unit)
+    assert regions.held_before_last() is None              # a is sent, not yet received
+    states[a[0]] = channel._RECEIVED
+    assert regions.held_before_last() == a[0]
+    release = threading.Timer(0.05, states.__setitem__, (a[0], channel._FREE))
+    release.start()
+    start = time.monotonic()
+    assert regions.wait_for_warm_region(unit)
+    release.join()
+    assert 0.03 < time.monotonic() - start < 5
+    assert regions.allocate(unit)[1] == 0                  # into a's warm memory
+
+
+def test_a_consumer_keeping_its_datapoints_makes_the_worker_stop_waiting_for_a_while():
+    states, regions, unit = _regions(8)
+    a, b = regions.allocate(unit), regions.allocate(unit)
+    states[[a[0], b[0]]] = channel._RECEIVED                # e.g. BatchData collecting them
+    start = time.monotonic()
+    assert not regions.wait_for_warm_region(unit)           # waits at most 1 ms, then gives up
+    assert time.monotonic() - start < 0.5
+    assert regions.allocate(unit)[1] == 2 * unit
+    for _ in range(channel._WARM_WAIT_BACKOFF):             # the next few allocations skip waiting
+        assert not regions.wait_for_warm_region(unit)
+    assert regions._warm_wait_skips == 0
 
 
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])

@@ -13,6 +13,15 @@ worker places new regions first-fit into the gaps between live ones, so memory f
 (e.g. behind a batch that ``BatchData`` is still assembling) is reused at once. The table has a
 slot for every region the segment can hold, so only the bytes of the segment ever limit it.
 
+New regions go where the consumer released memory most recently, since that memory is still
+in the CPU's caches, which makes the copy into it up to twice as fast as a copy into memory that
+was written long ago (falling back to the lowest gap that fits). Before it allocates, the worker
+also waits a moment (0.5 ms for a 20 MB datapoint, 1 ms at most) for the consumer to release the
+datapoint before the one it sent last, which a consumer that is keeping up does as soon as it
+takes the one sent last; so a fast pipeline cycles through two warm regions instead of the whole
+segment. A wait that ends without the release makes the next few allocations skip waiting (the
+consumer is keeping its datapoints, e.g. to batch them).
+
 When the segment is full, the worker waits while some of it is still *sent*: the consumer is
 about to take those datapoints (this is ordinary back-pressure). When all of it is *received*,
 the consumer keeps everything it got (e.g. ``list(df)``), and waiting might never end: frames
@@ -57,6 +66,12 @@ DEFAULT_SHM_BYTES = 96 << 20
 #: Datapoints whose array frames total less than this go through the pipe.
 SHM_MIN_BYTES = 64 << 10
 _SHM_POLL_SECONDS = (0.0002, 0.002)   # a full segment is re-checked this often (backing off)
+# waiting for a warm region: seconds per byte of the new region, the most, and how many
+# allocations skip waiting after a wait in which the consumer kept the region
+_WARM_WAIT_PER_BYTE = 25e-12
+_WARM_WAIT_MAX_SECONDS = 0.001
+_WARM_WAIT_BACKOFF = 8
+_RECENTLY_RELEASED = 8                # offsets of released regions remembered for warm placement
 _ALIGN = 64
 # the state of each region, in the segment's table
 _FREE, _SENT, _RECEIVED = 0, 1, 2
@@ -170,6 +185,7 @@ class WorkerEnd:
         When the segment is full, wait (polling, backing off) as long as part of it is still on
         its way to the parent; the consumer then takes it and frees what it no longer holds.
         When the consumer has received everything and holds it, return None at once."""
+        self._regions.wait_for_warm_region(size)
         slot = self._regions.allocate(size)
         pause = _SHM_POLL_SECONDS[0]
         while slot is None and size <= self._capacity and self._regions.awaiting_receipt():
@@ -233,7 +249,9 @@ class _Regions:
     """The worker's view of its segment: which regions are live, where, and where a new one fits.
 
     The parent only ever changes a region's state from *sent* to *received* to *free*; the worker
-    reclaims free regions lazily, when it next allocates.
+    reclaims free regions lazily, when it next allocates. A new region goes to the offset of the
+    most recently released region whose gap still fits it (warm memory), else to the lowest gap
+    that fits.
 
     Example::
 
@@ -249,34 +267,93 @@ class _Regions:
         self._starts: List[int] = []            # offsets of the live regions, sorted
         self._ends: List[int] = []              # their ends, in the same order
         self._start_of: Dict[int, int] = {}     # region id -> offset
+        self._serial_of: Dict[int, int] = {}    # region id -> allocation number
+        self._allocations = 0
+        self._last_two: List[Tuple[int, int]] = []    # (region id, allocation number), newest last
+        self._released: List[int] = []          # offsets of reclaimed regions, newest last
+        self._warm_wait_skips = 0
 
     def _reclaim(self) -> None:
-        for rid in np.flatnonzero(self._live & (self._states == _FREE)).tolist():
-            index = bisect.bisect_left(self._starts, self._start_of.pop(rid))
-            del self._starts[index], self._ends[index]
+        freed = np.flatnonzero(self._live & (self._states == _FREE)).tolist()
+        for rid in sorted(freed, key=self._serial_of.__getitem__):     # oldest first
+            start = self._start_of.pop(rid)
+            index = bisect.bisect_left(self._starts, start)
+            del self._starts[index], self._ends[index], self._serial_of[rid]
             self._live[rid] = False
             self._spare_ids.append(rid)
+            if start in self._released:
+                self._released.remove(start)
+            self._released.append(start)
+        del self._released[:-_RECENTLY_RELEASED]
+
+    def _warm_position(self, size: int) -> Optional[Tuple[int, int]]:
+        """``(offset, index in the sorted starts)`` at the most recently released offset whose
+        gap has room for ``size`` bytes, or None."""
+        for start in reversed(self._released):
+            index = bisect.bisect_right(self._starts, start)
+            gap_start = self._ends[index - 1] if index else 0
+            gap_end = self._starts[index] if index < len(self._starts) else self._capacity
+            if gap_start <= start and start + size <= gap_end:
+                return start, index
+        return None
+
+    def _first_fit(self, size: int) -> Optional[Tuple[int, int]]:
+        """``(offset, index in the sorted starts)`` of the lowest gap with room for ``size``."""
+        pos = 0
+        for i, start in enumerate(self._starts):
+            if start - pos >= size:
+                return pos, i
+            pos = self._ends[i]
+        return (pos, len(self._starts)) if pos + size <= self._capacity else None
 
     def allocate(self, size: int) -> Optional[Tuple[int, int]]:
         """``(region id, offset)`` of ``size`` free bytes, marked *sent*; None if none fit."""
         self._reclaim()
         if not self._spare_ids or size > self._capacity:
             return None
-        pos, index = 0, len(self._starts)
-        for i, start in enumerate(self._starts):    # first fit: the lowest gap that is big enough
-            if start - pos >= size:
-                index = i
-                break
-            pos = self._ends[i]
-        if pos + size > self._capacity:
+        place = self._warm_position(size) or self._first_fit(size)
+        if place is None:
             return None
+        pos, index = place
+        if pos in self._released:
+            self._released.remove(pos)
         rid = self._spare_ids.pop()
         self._starts.insert(index, pos)
         self._ends.insert(index, pos + size)
         self._start_of[rid] = pos
+        self._allocations += 1
+        self._serial_of[rid] = self._allocations
+        self._last_two = (self._last_two + [(rid, self._allocations)])[-2:]
         self._live[rid] = True
         self._states[rid] = _SENT
         return rid, pos
+
+    def held_before_last(self) -> Optional[int]:
+        """The id of the region allocated before the newest one, if the consumer holds it
+        (*received*), else None."""
+        if len(self._last_two) < 2:
+            return None
+        rid, serial = self._last_two[0]
+        if self._serial_of.get(rid) != serial or self._states[rid] != _RECEIVED:
+            return None
+        return rid
+
+    def wait_for_warm_region(self, size: int) -> bool:
+        """Before allocating ``size`` bytes: give the consumer a moment to release the region
+        allocated before the newest one (see the module docstring). Returns whether it did."""
+        if self._warm_wait_skips:
+            self._warm_wait_skips -= 1
+            return False
+        rid = self.held_before_last()
+        if rid is None:
+            return False
+        deadline = time.perf_counter() + min(_WARM_WAIT_MAX_SECONDS, size * _WARM_WAIT_PER_BYTE)
+        while self._states[rid] != _FREE:
+            if time.perf_counter() >= deadline:
+                self._warm_wait_skips = _WARM_WAIT_BACKOFF
+                return False
+            time.sleep(0)
+        return True
 
     def awaiting_receipt(self) -> bool:
         """Whether some region was sent and the parent has not read its message yet."""
