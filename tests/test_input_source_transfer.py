@@ -115,3 +115,39 @@ def test_aligned_empty(shape, dtype):
     arr = aligned_empty(shape, dtype)
     assert arr.shape == shape and arr.dtype == dtype and arr.flags.c_contiguous and arr.flags.writeable
     assert arr.ctypes.data % ALIGNMENT == 0 and is_aligned(arr)
+
+
+class FreshUnaligned(DataFlow):
+    """Yields ``n`` new 4 MiB float32 batches 16 bytes past an aligned address (batch i is all i)."""
+
+    shape = (1024, 1024)
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            raw = aligned_empty((np.prod(self.shape) + 4,), np.float32)
+            batch = raw[4:].reshape(self.shape)
+            batch[...] = i
+            yield [batch, i]
+
+
+def test_large_unaligned_batches_are_copied_once_into_aligned_buffers_that_stay_intact_while_queued():
+    n = 12
+    source = QueueInput(FreshUnaligned(n), infinite=False)
+    graph = tf.Graph()
+    with graph.as_default():
+        source.setup([tf.TensorSpec(FreshUnaligned.shape, tf.float32, "big"), tf.TensorSpec([], tf.int32, "label")])
+        big, label = source.get_input_tensors()
+    with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
+        staging = source._thread.make_feed.args[0]
+        source._thread.join(10)                  # all 12 wait in the queue, each in its own buffer:
+        assert staging.copies == n               # none may be overwritten before it is dequeued
+        results = [run([big, label]) for _ in range(n)]
+    assert [int(r[1]) for r in results] == list(range(n))
+    for i, (values, _) in enumerate(results):
+        assert values.shape == FreshUnaligned.shape and values.min() == i and values.max() == i

@@ -42,6 +42,7 @@ class EnqueueThread(StoppableThread):
     ``on_failure(err)`` is called with any error (DataFlow exception, bad datapoint, TF error);
     the queue is then closed with ``cancel_op``. A finite DataFlow's end closes it with
     ``close_op`` (remaining elements can still be dequeued, then ``OutOfRangeError``).
+    ``on_exit()`` runs in the thread as it ends, however it ends (e.g. to stop helper threads).
 
     ``enqueued`` (datapoints enqueued so far) and ``finished`` (the DataFlow ended and nothing
     more will be enqueued) change under the ``progress`` condition, which is notified on each
@@ -51,7 +52,8 @@ class EnqueueThread(StoppableThread):
     def __init__(self, owner: str, session: tf.compat.v1.Session, coord: Any,
                  make_datapoints: Callable[[Callable[[], bool]], Iterator[Any]],
                  make_feed: Callable[[Any], Dict[Any, Any]], enqueue_op: tf.Operation,
-                 close_op: tf.Operation, cancel_op: tf.Operation, on_failure: Callable[[BaseException], None]):
+                 close_op: tf.Operation, cancel_op: tf.Operation, on_failure: Callable[[BaseException], None],
+                 on_exit: Optional[Callable[[], None]] = None):
         super().__init__(name="{}-EnqueueThread".format(owner))
         self.owner = owner
         self.session = session
@@ -63,6 +65,7 @@ class EnqueueThread(StoppableThread):
         self.close_op = close_op
         self.cancel_op = cancel_op
         self.on_failure = on_failure
+        self.on_exit = on_exit
         self.enqueued = 0
         self.finished = False
         self.progress = threading.Condition()
@@ -103,11 +106,13 @@ class EnqueueThread(StoppableThread):
             with self.progress:
                 self.progress.notify_all()    # waiters re-check is_alive()
             closer = getattr(self.datapoints, "close", None)
-            if closer is not None:
+            for cleanup, what in ((closer, "closing the DataFlow iterator"), (self.on_exit, "on_exit")):
+                if cleanup is None:
+                    continue
                 try:
-                    closer()
+                    cleanup()
                 except Exception:
-                    logger.debug("%s: closing the DataFlow iterator failed", self.owner, exc_info=True)
+                    logger.debug("%s: %s failed", self.owner, what, exc_info=True)
 
     def _fail(self, err: BaseException) -> None:
         logger.error("%s: feeding stopped: %s: %s", self.owner, type(err).__name__, err)
