@@ -148,6 +148,31 @@ def test_shared_memory_regions_are_placed_first_fit_and_reused_as_soon_as_freed(
     assert regions.allocate(1) is None
 
 
+class Patterned(DataFlow):
+    """``n`` arrays of ``nbytes`` (not a multiple of the copy's chunk), each a distinct byte pattern."""
+
+    def __init__(self, n, nbytes):
+        self.n, self.nbytes = n, nbytes
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield [i, (np.arange(self.nbytes, dtype=np.int64) * 7 + i).astype(np.uint8)]
+
+
+def test_arrays_large_enough_for_the_two_thread_copy_arrive_byte_for_byte(shm_dir):
+    nbytes = (5 << 20) + 12345        # above the 4 MiB at which the worker copies with two threads
+    df = MultiProcessRunnerZMQ(Patterned(6, nbytes), num_proc=1, hwm=4)
+    df.reset_state()
+    with df:
+        for i, arr in df:
+            assert arr.shape == (nbytes,)
+            np.testing.assert_array_equal(arr, (np.arange(nbytes, dtype=np.int64) * 7 + i).astype(np.uint8))
+    assert list(shm_dir.iterdir()) == []
+
+
 def _regions(units: int):
     unit = channel.SHM_MIN_BYTES
     states = channel._table(bytearray(channel._table_bytes(units * unit)), units * unit)

@@ -2,8 +2,9 @@
 
 Datapoints travel in the wire format of :mod:`inputpipe.utils.serialize` (a msgpack header plus
 raw array frames); nothing is pickled. Small datapoints go through the pipe. Large array frames
-are written once, by the worker, into a shared-memory segment owned by that worker's channel;
-the parent builds its numpy arrays directly on that memory (zero copy).
+are written once, by the worker, into a shared-memory segment owned by that worker's channel
+(frames of 4 MiB or more by two threads, see :mod:`inputpipe.utils.copying`); the parent builds
+its numpy arrays directly on that memory (zero copy).
 
 Each large datapoint occupies one region of the segment, and a small table at the start of the
 segment holds each region's state: *sent* (written by the worker, message on its way), *received*
@@ -55,6 +56,7 @@ import numpy as np
 
 from . import serialize
 from .concurrency import POLL_INTERVAL, StoppableThread
+from .copying import ParallelCopier
 from .logger import get_logger
 
 __all__ = ["open_channel", "ParentEnd", "WorkerSpec", "WorkerEnd", "DEFAULT_SHM_BYTES"]
@@ -175,6 +177,7 @@ class WorkerEnd:
             _unlink(spec.shm_path)      # mapped on both sides: no name needed, none left behind
             self._regions = _Regions(_table(self._mm, self._capacity), self._capacity)
         self._reader = None
+        self._copier = ParallelCopier(name="inputpipe-worker-copy")
 
     def _send_control(self, control: dict) -> None:
         self._conn.send_bytes(serialize.dumps(control))
@@ -211,8 +214,8 @@ class WorkerEnd:
         else:
             rid, base = slot
             pos = _table_bytes(self._capacity) + base
-            for part in payload:          # np.copyto releases the GIL while it copies
-                np.copyto(np.frombuffer(self._mm, np.uint8, part.nbytes, pos), np.frombuffer(part, np.uint8))
+            for part in payload:
+                self._copier.copy(np.frombuffer(self._mm, np.uint8, part.nbytes, pos), np.frombuffer(part, np.uint8))
                 pos += _aligned(part.nbytes)
             control["r"], control["o"] = rid, base
             self._send_control(control)
