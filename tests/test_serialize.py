@@ -309,6 +309,38 @@ def test_pickle_is_refused_and_named():
         loads(pickle.dumps([1, 2], protocol=5))
 
 
+UNPICKLED = []
+
+
+class _SetsFlagWhenUnpickled:
+    def __reduce__(self):
+        return UNPICKLED.append, ("unpickled!",)
+
+
+def test_a_patched_msgpack_module_changes_nothing(monkeypatch):
+    """msgpack_numpy.patch() (called by importing tensorpack) replaces msgpack.packb/unpackb with
+    versions that encode arrays their own way and unpickle maps marked as object arrays."""
+    original_unpackb = msgpack.unpackb
+
+    def unpickling_unpackb(data, **kwargs):
+        def hook(obj):
+            return pickle.loads(obj[b"data"]) if obj.get(b"nd") and obj.get(b"kind") == b"O" else obj
+        return original_unpackb(data, object_hook=hook, **kwargs)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the patched msgpack module was used")
+
+    monkeypatch.setattr(msgpack, "unpackb", unpickling_unpackb)
+    for name in ("packb", "Packer", "Unpacker"):
+        monkeypatch.setattr(msgpack, name, refuse)
+    crafted = {b"nd": True, b"kind": b"O", b"type": b"|O", b"shape": [1],
+               b"data": pickle.dumps(_SetsFlagWhenUnpickled())}
+    assert loads(dumps(crafted)) == crafted and UNPICKLED == []
+    frames = dumps_frames([np.arange(100000, dtype=np.int64)])
+    assert len(frames) == 2 and len(frames[1]) == 800000        # arrays still travel as raw frames
+    np.testing.assert_array_equal(loads_frames(frames)[0], np.arange(100000))
+
+
 @pytest.mark.parametrize("data, match", [
     (b"", r"loads: truncated: a message starts with a 20 byte preamble, got 0 bytes"),
     (b"IPWF\x01", r"truncated: a message starts with a 20 byte preamble, got 5 bytes"),

@@ -30,6 +30,14 @@ from typing import Any, List, Optional, Sequence
 import msgpack
 import numpy as np
 
+# msgpack's own packer and unpacker, bound once: libraries that patch the msgpack module's
+# functions (msgpack_numpy.patch(), which importing tensorpack calls, makes msgpack.unpackb
+# unpickle some maps) must not change, slow down or open up inputpipe's wire format.
+try:
+    from msgpack._cmsgpack import Packer as _Packer, unpackb as _unpackb
+except ImportError:                 # msgpack without its C extension
+    from msgpack.fallback import Packer as _Packer, unpackb as _unpackb
+
 __all__ = [
     "dumps",
     "loads",
@@ -155,7 +163,7 @@ class _Encoder:
         self.inline_max = inline_max
 
     def pack(self, obj: Any) -> bytes:
-        return msgpack.packb(obj, default=self.default, use_bin_type=True, strict_types=True)
+        return _Packer(default=self.default, use_bin_type=True, strict_types=True).pack(obj)
 
     def default(self, obj: Any) -> Any:
         # Called by msgpack for everything that is not exactly None/bool/int/float/str/bytes/
@@ -331,8 +339,7 @@ class _Decoder:
         self.open_tuple_marks = 0  # tuple marks decoded but not (yet) at the head of a list
 
     def unpack(self, data: Any) -> Any:
-        obj = msgpack.unpackb(data, ext_hook=self.ext_hook, list_hook=self.list_hook, raw=False,
-                              strict_map_key=False)
+        obj = _unpackb(data, ext_hook=self.ext_hook, list_hook=self.list_hook, raw=False, strict_map_key=False)
         if self.open_tuple_marks:
             raise WireFormatError("a tuple mark appears outside the head of a list")
         if not all(self.used):
