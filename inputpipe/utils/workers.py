@@ -238,6 +238,7 @@ class WorkerPool:
         self._ends = []
         self._procs: Optional[WorkerProcesses] = None
         self._next_rank = 0
+        self._checked_at = 0.0         # time of the last full check, sentinels included
         self._failure: Optional[WorkerError] = None
         self._finalizer = None
 
@@ -288,11 +289,14 @@ class WorkerPool:
 
         Raises :class:`WorkerError` if a worker reported an exception or ended; after that the
         pool is broken and raises the same error again on every call."""
-        from . import channel
-
         if self._failure is not None:
             raise self._failure
-        ready = set(channel.wait_ready(self._ends, self._procs.sentinels, timeout))
+        ready = self._ready(timeout)
+        for rank, sentinel in enumerate(self._procs.sentinels):
+            # a worker that ended: deliver what it sent before, then report it (even while others
+            # keep sending)
+            if sentinel in ready and self._ends[rank].connection not in ready:
+                raise self._fail(self._procs.worker_error(rank))
         for i in range(self.num):
             rank = (self._next_rank + i) % self.num
             end = self._ends[rank]
@@ -307,10 +311,22 @@ class WorkerPool:
                 raise self._fail(self._procs.worker_error(rank, remote_traceback, "raised " + summary))
             self._next_rank = rank + 1
             return rank, value
-        for rank, sentinel in enumerate(self._procs.sentinels):
-            if sentinel in ready:
-                raise self._fail(self._procs.worker_error(rank))
         return None
+
+    def _ready(self, timeout: float) -> set:
+        """The connections with a message and the sentinels of workers that ended. Between full
+        checks (every ``POLL_INTERVAL``, or when nothing is waiting) a message already waiting is
+        found without building a selector, which is much cheaper per datapoint."""
+        from . import channel
+
+        now = time.monotonic()
+        if now - self._checked_at < POLL_INTERVAL:
+            waiting = {end.connection for end in self._ends if end.connection.poll(0)}
+            if waiting:
+                return waiting
+        ready = set(channel.wait_ready(self._ends, self._procs.sentinels, timeout))
+        self._checked_at = time.monotonic()
+        return ready
 
     def _fail(self, error: WorkerError) -> WorkerError:
         """Remember the first failure: the pool is broken and raises it again on every use."""
