@@ -43,7 +43,6 @@ Example::
 import bisect
 import mmap
 import multiprocessing as mp
-import multiprocessing.connection
 import os
 import queue
 import tempfile
@@ -468,8 +467,3 @@ def _unlink(path: str) -> None:
 
 def _release_region(states: np.ndarray, rid: int) -> None:
     states[rid] = _FREE
-
-
-def wait_ready(ends: List[ParentEnd], sentinels: List[int], timeout: float) -> List[Any]:
-    """Which of the ends' connections and the sentinels are ready, waiting up to ``timeout``."""
-    return mp.connection.wait([e.connection for e in ends] + list(sentinels), timeout=timeout)

@@ -35,6 +35,7 @@ import ctypes
 import multiprocessing as mp
 import os
 import pickle
+import selectors
 import signal
 import sys
 import threading
@@ -49,6 +50,8 @@ from .logger import get_logger
 __all__ = ["START_METHODS", "default_start_method", "WorkerProcesses", "WorkerPool", "WorkerPoolOwner"]
 
 logger = get_logger(__name__)
+
+_MESSAGE, _ENDED = "message", "ended"        # what a ready file of a WorkerPool's selector means
 
 START_METHODS = ("fork", "forkserver", "spawn")
 _PR_SET_PDEATHSIG = 1
@@ -238,7 +241,7 @@ class WorkerPool:
         self._ends = []
         self._procs: Optional[WorkerProcesses] = None
         self._next_rank = 0
-        self._checked_at = 0.0         # time of the last full check, sentinels included
+        self._selector: Optional[selectors.BaseSelector] = None
         self._failure: Optional[WorkerError] = None
         self._finalizer = None
 
@@ -267,13 +270,17 @@ class WorkerPool:
         self._ends = list(ends)
         procs = WorkerProcesses(self.component, _serve_channel,
                                 [(self._target, spec) + self._args for spec in specs], self._start_method)
-        self._finalizer = weakref.finalize(self, _close_pool, procs, self._ends)
+        self._selector = selectors.DefaultSelector()
+        self._finalizer = weakref.finalize(self, _close_pool, procs, self._ends, self._selector)
         try:
             procs.start()
         finally:
             for spec in specs:
                 spec.close_in_parent()
         self._procs = procs
+        for rank, (end, sentinel) in enumerate(zip(self._ends, procs.sentinels)):
+            self._selector.register(end.connection, selectors.EVENT_READ, (_MESSAGE, rank))
+            self._selector.register(sentinel, selectors.EVENT_READ, (_ENDED, rank))
 
     def send(self, rank: int, command: Any) -> None:
         """Send ``command`` (wire format) to worker ``rank``."""
@@ -291,19 +298,18 @@ class WorkerPool:
         pool is broken and raises the same error again on every call."""
         if self._failure is not None:
             raise self._failure
-        ready = self._ready(timeout)
-        for rank, sentinel in enumerate(self._procs.sentinels):
+        messages, ended = self._ready(timeout)
+        for rank in ended:
             # a worker that ended: deliver what it sent before, then report it (even while others
             # keep sending)
-            if sentinel in ready and self._ends[rank].connection not in ready:
+            if rank not in messages:
                 raise self._fail(self._procs.worker_error(rank))
         for i in range(self.num):
             rank = (self._next_rank + i) % self.num
-            end = self._ends[rank]
-            if end.connection not in ready:
+            if rank not in messages:
                 continue
             try:
-                kind, value = end.receive()
+                kind, value = self._ends[rank].receive()
             except (EOFError, OSError):
                 raise self._fail(self._procs.worker_error(rank)) from None
             if kind == "error":
@@ -313,20 +319,14 @@ class WorkerPool:
             return rank, value
         return None
 
-    def _ready(self, timeout: float) -> set:
-        """The connections with a message and the sentinels of workers that ended. Between full
-        checks (every ``POLL_INTERVAL``, or when nothing is waiting) a message already waiting is
-        found without building a selector, which is much cheaper per datapoint."""
-        from . import channel
-
-        now = time.monotonic()
-        if now - self._checked_at < POLL_INTERVAL:
-            waiting = {end.connection for end in self._ends if end.connection.poll(0)}
-            if waiting:
-                return waiting
-        ready = set(channel.wait_ready(self._ends, self._procs.sentinels, timeout))
-        self._checked_at = time.monotonic()
-        return ready
+    def _ready(self, timeout: float) -> Tuple[set, set]:
+        """``(ranks with a message, ranks whose process ended)``, waiting up to ``timeout`` for
+        either; one system call on a selector made once at start."""
+        messages, ended = set(), set()
+        for key, _ in self._selector.select(timeout):
+            kind, rank = key.data
+            (messages if kind == _MESSAGE else ended).add(rank)
+        return messages, ended
 
     def _fail(self, error: WorkerError) -> WorkerError:
         """Remember the first failure: the pool is broken and raises it again on every use."""
@@ -339,7 +339,8 @@ class WorkerPool:
             self._finalizer()
 
 
-def _close_pool(procs: WorkerProcesses, ends) -> None:
+def _close_pool(procs: WorkerProcesses, ends, selector: selectors.BaseSelector) -> None:
+    selector.close()
     for end in ends:
         end.close()
     procs.close()
