@@ -25,7 +25,6 @@ import traceback
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-import numpy as np
 
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import WorkerError
@@ -97,7 +96,7 @@ class _ParallelMapBase(ProxyDataFlow):
                         type(self).__name__, type(self.ds).__name__)) from None
                 self._seq_at_restart = self._next_seq
                 continue
-            rank = int(np.argmin(self._in_flight))
+            rank = min(range(len(self._in_flight)), key=self._in_flight.__getitem__)   # least loaded
             self._submit(rank, [self._epoch, self._next_seq, task])
             self._in_flight[rank] += 1
             self._epoch_in_flight += 1

@@ -1,8 +1,10 @@
 """A channel between a parent and one worker process: pipes for messages, shared memory for arrays.
 
 Datapoints travel in the wire format of :mod:`inputpipe.utils.serialize` (a msgpack header plus
-raw array frames); nothing is pickled. Small datapoints go through the pipe. Large array frames
-are written once, by the worker, into a shared-memory segment owned by that worker's channel
+raw array frames); nothing is pickled. A datapoint without array frames (arrays of at most
+4 KiB travel inside the header) is one message through the pipe; one whose frames total less
+than 64 KiB sends them through the pipe after its header. Larger array frames are written
+once, by the worker, into a shared-memory segment owned by that worker's channel
 (frames of 4 MiB or more by two threads, see :mod:`inputpipe.utils.copying`); the parent builds
 its numpy arrays directly on that memory (zero copy).
 
@@ -54,7 +56,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from . import serialize
-from .concurrency import POLL_INTERVAL, StoppableThread
+from .concurrency import StoppableThread
 from .copying import ParallelCopier
 from .logger import get_logger
 
@@ -79,7 +81,8 @@ _FREE, _SENT, _RECEIVED = 0, 1, 2
 #: Internal channels carry trusted data of any size; the limit only guards against corruption.
 _INTERNAL_MAX_BYTES = 1 << 40
 
-_DATA, _ERROR = "dp", "err"
+# message kinds: a datapoint inside the message, a datapoint with array frames, an error
+_INLINE, _DATA, _ERROR = "in", "dp", "err"
 
 
 def _aligned(n: int) -> int:
@@ -199,7 +202,11 @@ class WorkerEnd:
         return slot
 
     def send_datapoint(self, obj: Any) -> int:
-        """Send one datapoint; returns the number of array bytes it carried."""
+        """Send one datapoint; returns the number of array bytes it carried in frames."""
+        whole = serialize.dumps_frames({"k": _INLINE, "v": obj})
+        if len(whole) == 1:           # no array frames: the datapoint travels inside one message
+            self._conn.send_bytes(whole[0])
+            return 0
         frames = serialize.dumps_frames(obj)
         payload = [memoryview(f).cast("B") for f in frames[1:]]
         lengths = [p.nbytes for p in payload]
@@ -366,7 +373,11 @@ _EOF = object()
 
 
 class _CommandReader(StoppableThread):
-    """In a worker: move commands from the parent's pipe into a queue as soon as they come."""
+    """In a worker: move commands from the parent's pipe into a queue as soon as they come.
+
+    It waits inside ``recv_bytes`` (no polling: one system call per command) and ends when the
+    parent closes the pipe; it is a daemon, so it also ends with the worker, which the parent
+    and the worker's watchdog stop."""
 
     def __init__(self, connection):
         super().__init__(name="inputpipe-command-reader")
@@ -375,9 +386,8 @@ class _CommandReader(StoppableThread):
 
     def run(self):
         try:
-            while not self.stopped():
-                if self._connection.poll(POLL_INTERVAL):
-                    self.commands.put(serialize.loads(self._connection.recv_bytes(), max_bytes=_INTERNAL_MAX_BYTES))
+            while True:
+                self.commands.put(serialize.loads(self._connection.recv_bytes(), max_bytes=_INTERNAL_MAX_BYTES))
         except (EOFError, OSError):
             pass
         finally:
@@ -408,8 +418,10 @@ class ParentEnd:
     def receive(self) -> Tuple[str, Any]:
         """Read one message: ``("data", datapoint)`` or ``("error", (summary, traceback))``.
         Raises EOFError/OSError when the worker's end is gone."""
-        control = serialize.loads(self.connection.recv_bytes(), max_bytes=_INTERNAL_MAX_BYTES)
+        control = serialize.loads(self.connection.recv_bytes(), max_bytes=_INTERNAL_MAX_BYTES, copy=True)
         kind = control.get("k") if isinstance(control, dict) else None
+        if kind == _INLINE:
+            return "data", control["v"]
         if kind == _ERROR:
             return "error", (control["what"], control["tb"])
         if kind != _DATA:
