@@ -1,5 +1,6 @@
 """Large batches: TF shares 64-byte aligned arrays (no copy) and keeps them alive while they
-are queued, staged or fetched; unaligned arrays are copied; conversions produce aligned arrays."""
+are queued, staged or fetched; unaligned arrays are copied once (large ones by QueueInput into
+recycled aligned buffers, never overwritten while queued); conversions produce aligned arrays."""
 import weakref
 
 import numpy as np
@@ -15,11 +16,12 @@ SHAPE = (256, 1024)                         # float32: 1 MiB
 SPECS = [tf.TensorSpec(SHAPE, tf.float32, "big"), tf.TensorSpec([], tf.int32, "label")]
 
 
-class FreshAligned(DataFlow):
-    """Yields ``n`` new 64-byte aligned batches (batch i is all i) and keeps only weak references."""
+class FreshBatches(DataFlow):
+    """Yields ``n`` new float32 batches (batch i is all i) and keeps only weak references; each
+    starts ``offset`` floats past a 64-byte aligned address (0: aligned, 4: 16 bytes past)."""
 
-    def __init__(self, n):
-        self.n = n
+    def __init__(self, n, shape=SHAPE, offset=0):
+        self.n, self.shape, self.offset = n, shape, offset
         self.yielded = []
 
     def __len__(self):
@@ -27,11 +29,12 @@ class FreshAligned(DataFlow):
 
     def __iter__(self):
         for i in range(self.n):
-            batch = aligned_empty(SHAPE, np.float32)
+            raw = aligned_empty((np.prod(self.shape) + self.offset,), np.float32)
+            batch = raw[self.offset:].reshape(self.shape)
             batch[...] = i
             self.yielded.append(weakref.ref(batch))
             yield [batch, i]
-            del batch
+            del batch, raw
 
     def alive(self):
         return sum(ref() is not None for ref in self.yielded)
@@ -73,7 +76,7 @@ def _run_all(source, n, staged=0):
 
 def test_aligned_batches_are_shared_and_kept_alive_while_queued():
     n = 40
-    df = FreshAligned(n)
+    df = FreshBatches(n)
     source = QueueInput(df, infinite=False)              # capacity 50: all 40 wait in the queue
     graph, source, big, label = _run_all(source, n)
     with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
@@ -117,31 +120,13 @@ def test_aligned_empty(shape, dtype):
     assert arr.ctypes.data % ALIGNMENT == 0 and is_aligned(arr)
 
 
-class FreshUnaligned(DataFlow):
-    """Yields ``n`` new 4 MiB float32 batches 16 bytes past an aligned address (batch i is all i)."""
-
-    shape = (1024, 1024)
-
-    def __init__(self, n):
-        self.n = n
-
-    def __len__(self):
-        return self.n
-
-    def __iter__(self):
-        for i in range(self.n):
-            raw = aligned_empty((np.prod(self.shape) + 4,), np.float32)
-            batch = raw[4:].reshape(self.shape)
-            batch[...] = i
-            yield [batch, i]
-
-
 def test_large_unaligned_batches_are_copied_once_into_aligned_buffers_that_stay_intact_while_queued():
     n = 12
-    source = QueueInput(FreshUnaligned(n), infinite=False)
+    shape = (1024, 1024)                         # 4 MiB: copied by two threads
+    source = QueueInput(FreshBatches(n, shape, offset=4), infinite=False)
     graph = tf.Graph()
     with graph.as_default():
-        source.setup([tf.TensorSpec(FreshUnaligned.shape, tf.float32, "big"), tf.TensorSpec([], tf.int32, "label")])
+        source.setup([tf.TensorSpec(shape, tf.float32, "big"), tf.TensorSpec([], tf.int32, "label")])
         big, label = source.get_input_tensors()
     with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
         staging = source._thread.make_feed.args[0]
@@ -150,4 +135,4 @@ def test_large_unaligned_batches_are_copied_once_into_aligned_buffers_that_stay_
         results = [run([big, label]) for _ in range(n)]
     assert [int(r[1]) for r in results] == list(range(n))
     for i, (values, _) in enumerate(results):
-        assert values.shape == FreshUnaligned.shape and values.min() == i and values.max() == i
+        assert values.shape == shape and values.min() == i and values.max() == i
