@@ -272,6 +272,20 @@ def test_worker_exception_reaches_consumer_with_traceback_within_1s():
     assert "in __iter__" in err.remote_traceback and 'raise ValueError("boom after' in err.remote_traceback
 
 
+class YieldsAnObject(DataFlow):
+    def __iter__(self):
+        yield [1, object()]
+
+
+def test_a_datapoint_the_wire_format_cannot_carry_is_a_clear_worker_error():
+    df = MultiProcessRunnerZMQ(YieldsAnObject(), num_proc=1)
+    df.reset_state()
+    with df, pytest.raises(WorkerError) as info:
+        next(iter(df))
+    assert "raised TypeError: wire format: cannot serialize an object of type builtins.object" in str(info.value)
+    assert "(at obj[1])" in str(info.value)
+
+
 def test_killed_worker_is_reported_with_pid_and_signal_within_1s():
     df = MultiProcessRunnerZMQ(Endless(), num_proc=2, hwm=4)
     df.reset_state()

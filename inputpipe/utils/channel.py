@@ -203,7 +203,11 @@ class WorkerEnd:
 
     def send_datapoint(self, obj: Any) -> int:
         """Send one datapoint; returns the number of array bytes it carried in frames."""
-        whole = serialize.dumps_frames({"k": _INLINE, "v": obj})
+        try:
+            whole = serialize.dumps_frames({"k": _INLINE, "v": obj})
+        except TypeError:
+            serialize.dumps_frames(obj)     # raises the same error, located in the datapoint itself
+            raise
         if len(whole) == 1:           # no array frames: the datapoint travels inside one message
             self._conn.send_bytes(whole[0])
             return 0

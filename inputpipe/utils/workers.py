@@ -270,14 +270,17 @@ class WorkerPool:
         self._ends = list(ends)
         procs = WorkerProcesses(self.component, _serve_channel,
                                 [(self._target, spec) + self._args for spec in specs], self._start_method)
-        self._selector = selectors.DefaultSelector()
-        self._finalizer = weakref.finalize(self, _close_pool, procs, self._ends, self._selector)
+        selectors_made: List[selectors.BaseSelector] = []
+        self._finalizer = weakref.finalize(self, _close_pool, procs, self._ends, selectors_made)
         try:
             procs.start()
         finally:
             for spec in specs:
                 spec.close_in_parent()
         self._procs = procs
+        # made after the workers forked, so that none of them shares it
+        self._selector = selectors.DefaultSelector()
+        selectors_made.append(self._selector)
         for rank, (end, sentinel) in enumerate(zip(self._ends, procs.sentinels)):
             self._selector.register(end.connection, selectors.EVENT_READ, (_MESSAGE, rank))
             self._selector.register(sentinel, selectors.EVENT_READ, (_ENDED, rank))
@@ -339,8 +342,9 @@ class WorkerPool:
             self._finalizer()
 
 
-def _close_pool(procs: WorkerProcesses, ends, selector: selectors.BaseSelector) -> None:
-    selector.close()
+def _close_pool(procs: WorkerProcesses, ends, selectors_made: List[selectors.BaseSelector]) -> None:
+    for selector in selectors_made:
+        selector.close()
     for end in ends:
         end.close()
     procs.close()
