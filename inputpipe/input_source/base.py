@@ -299,26 +299,32 @@ class InputStepHook(tf.compat.v1.train.SessionRunHook):
         if not consumed:
             return tf.compat.v1.train.SessionRunArgs(None, feed_dict=feeds or None)
         start = time.perf_counter()
-        fetches = {"ops": [], "stats": [], "source": source._source_stat_tensors()}
-        for run_ops, stat_tensors, feed_fn in source._step_plan(consumed):
+        # one flat list (TF builds a fetch mapper per nested item on every run): the source's
+        # statistics, each tower's wait time, then the ops to run
+        source_stats = source._source_stat_tensors()
+        waits, run_ops = [], []
+        for ops, stat_tensors, feed_fn in source._step_plan(consumed):
             if feed_fn is not None:
                 feeds.update(feed_fn())
-            fetches["ops"].extend(run_ops)
-            fetches["stats"].append(stat_tensors)
+            run_ops.extend(ops)
+            if "wait" in stat_tensors:
+                waits.append(stat_tensors["wait"])
+        fetches = list(source_stats.values()) + waits + run_ops
         # the time spent here (preparing feeds, waiting for a batch to be sure) is input wait
-        self._step = (start, time.perf_counter() - start)
+        self._step = (start, time.perf_counter() - start, list(source_stats), len(waits))
         return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds or None)
 
     def after_run(self, run_context, run_values) -> None:
         if self._step is None:
             return
-        start, python_wait = self._step
+        start, python_wait, stat_names, wait_count = self._step
         self._step = None
         self.source._step_done()
         results = run_values.results
-        waits = [s.get("wait", 0.0) for s in results["stats"]]
+        source_stats = dict(zip(stat_names, results))
+        waits = results[len(stat_names):len(stat_names) + wait_count]
         wait = python_wait + (max(waits) if waits else 0.0)
-        self.source.stats.record(wait, time.perf_counter() - start, results["source"].get("queue_size"))
+        self.source.stats.record(wait, time.perf_counter() - start, source_stats.get("queue_size"))
 
     def end(self, session) -> None:
         self.source.raise_if_failed()

@@ -65,13 +65,14 @@ class HookedSession:
             raise RuntimeError("use HookedSession as a context manager: `with hooked_session(...) as run:`")
         original = tf.compat.v1.train.SessionRunArgs(fetches, feed_dict, options)
         context = tf.compat.v1.train.SessionRunContext(original, self.session)
-        extra_fetches, feeds = [], dict(feed_dict or {})
+        hook_fetches, feeds = {}, dict(feed_dict or {})     # hook index -> its fetches
         run_options = tf.compat.v1.RunOptions()
         if options is not None:
             run_options.MergeFrom(options)
-        for hook in self.hooks:
+        for index, hook in enumerate(self.hooks):
             args = hook.before_run(context)
-            extra_fetches.append([] if args is None or args.fetches is None else args.fetches)
+            if args is not None and args.fetches is not None:
+                hook_fetches[index] = args.fetches
             if args is not None and args.feed_dict:
                 overlap = set(args.feed_dict) & set(feeds)
                 if overlap:
@@ -80,15 +81,16 @@ class HookedSession:
             if args is not None and args.options is not None:
                 run_options.MergeFrom(args.options)
         try:
-            results = self.session.run({"user": fetches, "hooks": extra_fetches}, feed_dict=feeds or None,
+            results = self.session.run([fetches] + list(hook_fetches.values()), feed_dict=feeds or None,
                                        options=run_options, run_metadata=run_metadata)
         except tf.errors.OpError:
             self._raise_source_failure()
             raise
-        for hook, hook_results in zip(self.hooks, results["hooks"]):
-            hook_results = None if isinstance(hook_results, list) and not hook_results else hook_results
-            hook.after_run(context, tf.compat.v1.train.SessionRunValues(hook_results, run_options, run_metadata))
-        return results["user"]
+        hook_results = dict(zip(hook_fetches, results[1:]))
+        for index, hook in enumerate(self.hooks):
+            hook.after_run(context, tf.compat.v1.train.SessionRunValues(hook_results.get(index), run_options,
+                                                                        run_metadata))
+        return results[0]
 
     def _raise_source_failure(self) -> None:
         for source in self.sources:
