@@ -4,9 +4,11 @@ same run and the peers ``tf.data.Dataset.from_generator`` + ``prefetch`` and ten
 ``QueueInput`` (where it works; otherwise the reason is printed and recorded). The train step
 reads one element of each batch, so the figure is the bandwidth of the input path alone.
 
-The DataFlow cycles over 4 numpy batches as numpy makes them (16-byte aligned): TF copies each
-once when it is fed, and there is no way around that copy (TF shares only 64-byte aligned
-memory). A second row feeds the same batches from 64-byte aligned memory
+The DataFlow cycles over 4 numpy batches as numpy makes them (16-byte aligned): each is copied
+once, and there is no way around that copy (TF shares only 64-byte aligned memory); QueueInput's
+feeding thread makes it into recycled aligned buffers with two threads
+(``inputpipe.utils.buffers.AlignedStaging``), the peers let TF make it. A second row feeds the
+same batches from 64-byte aligned memory
 (``inputpipe.utils.buffers.aligned_empty``, what the wire format's zero-copy decoding and
 the shared-memory channel of the parallel runners give), which TF shares without any copy. The
 memcpy reference copies one batch into a warm buffer; a second reference copies the 4 batches
