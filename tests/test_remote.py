@@ -166,3 +166,16 @@ def test_sender_can_bind_and_receiver_connect_and_close_stops_iteration_from_ano
     assert not consumer.is_alive() and not sender.is_alive()
     assert received == [0, 1, 2]
     assert df.receive(0.01) is None          # closed: nothing more, no error
+
+
+def test_a_sender_without_receiver_warns_then_gives_up_after_its_timeout(caplog):
+    endpoint = "tcp://127.0.0.1:9"                 # nothing listens there
+    with caplog.at_level(logging.WARNING, logger="inputpipe"):
+        start = time.monotonic()
+        with pytest.raises(TimeoutError) as info:
+            send_dataflow_zmq(Indexed(100), endpoint, hwm=1, timeout=0.6, warn_after=0.2)
+        elapsed = time.monotonic() - start
+    assert 0.6 <= elapsed < 3.0                      # closed at once: nothing queued will be delivered
+    assert "no receiver took a datapoint at tcp://127.0.0.1:9 for 0.6 s" in str(info.value)
+    assert "RemoteDataZMQ or ZMQInput" in str(info.value)
+    assert any("no receiver has taken a datapoint at tcp://127.0.0.1:9" in r.getMessage() for r in caplog.records)

@@ -18,6 +18,7 @@ Example::
 """
 import os
 import threading
+import time
 import weakref
 from typing import Any, Iterator, List, Optional, Union
 
@@ -62,13 +63,18 @@ TENSORPACK_FORMATS = (None, "zmq_op", "zmq_ops")
 
 
 def send_dataflow_zmq(df: DataFlow, addr: Union[str, int], hwm: int = 50, bind: bool = False, *,
-                      num_epochs: Optional[int] = None, format: Optional[str] = None) -> None:
+                      num_epochs: Optional[int] = None, format: Optional[str] = None,
+                      timeout: Optional[float] = None, warn_after: float = 60.0) -> None:
     """Push every datapoint of ``df`` to ``addr`` (a ZeroMQ PUSH socket); forever by default.
 
     Calls ``df.reset_state()``. Connects to ``addr`` (where a :class:`RemoteDataZMQ` listens)
     unless ``bind=True``. At most ``hwm`` datapoints wait in the send queue; when the receiver is
-    slower, this waits. With ``num_epochs``, returns after that many passes, once the queued
-    datapoints are delivered (giving up after ``SEND_LINGER_SECONDS``).
+    slower, or not there, this waits: it logs a warning once a datapoint has waited
+    ``warn_after`` seconds, and with ``timeout`` raises a ``TimeoutError`` naming the address
+    once a datapoint has waited that long (by default it waits for the receiver indefinitely, as
+    a producer for a trainer that may restart should). With ``num_epochs``, returns after that
+    many passes, once the queued datapoints are delivered (giving up after
+    ``SEND_LINGER_SECONDS``).
 
     Differences from tensorpack's ``send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False)``:
     the 4th positional parameter is ``bind``, and ``format`` is keyword-only. Messages are always
@@ -99,14 +105,39 @@ def send_dataflow_zmq(df: DataFlow, addr: Union[str, int], hwm: int = 50, bind: 
             socket.bind(endpoint)
         else:
             socket.connect(endpoint)
+        socket.setsockopt(zmq.SNDTIMEO, int(POLL_INTERVAL * 1000))
         epoch = 0
         while num_epochs is None or epoch < num_epochs:
             for dp in df:
-                socket.send_multipart(serialize.dumps_frames(dp), copy=False)
+                _send_waiting(socket, serialize.dumps_frames(dp), endpoint, timeout, warn_after)
             epoch += 1
+        linger = SEND_LINGER_SECONDS          # finished: deliver what is still queued
+    except BaseException:
+        linger = 0.0                          # failed or gave up: nothing more will be delivered
+        raise
     finally:
-        socket.close(linger=int(SEND_LINGER_SECONDS * 1000))
+        socket.close(linger=int(linger * 1000))
         context.term()
+
+
+def _send_waiting(socket: zmq.Socket, frames: List[Any], endpoint: str, timeout: Optional[float],
+                  warn_after: float) -> None:
+    """Send one message, waiting while the send queue is full (see :func:`send_dataflow_zmq`)."""
+    start, warned = time.monotonic(), False
+    while True:
+        try:
+            socket.send_multipart(frames, copy=False)
+            return
+        except zmq.Again:
+            waited = time.monotonic() - start
+            if timeout is not None and waited >= timeout:
+                raise TimeoutError("send_dataflow_zmq: no receiver took a datapoint at {} for {:.1f} s (the send "
+                                   "queue of {} datapoints is full); is the trainer's RemoteDataZMQ or ZMQInput "
+                                   "running there?".format(endpoint, waited, socket.get_hwm())) from None
+            if not warned and waited >= warn_after:
+                logger.warning("send_dataflow_zmq: no receiver has taken a datapoint at %s for %.0f s; still "
+                               "waiting (pass timeout= to give up)", endpoint, waited)
+                warned = True
 
 
 def _close_socket(socket: zmq.Socket, context: zmq.Context, ipc_paths: List[str]) -> None:
