@@ -284,3 +284,55 @@ def _alive(pid):
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _stuck_at_3(i):
+    if i[0] == 3:
+        time.sleep(3600)               # a map_func stuck on, say, a hung network file system
+    return i
+
+
+def test_a_stuck_worker_process_is_reported_after_map_timeout_and_close_stops_it():
+    df = MultiProcessMapData(Indexed(10), 1, _stuck_at_3, strict=True, ordered=True, buffer_size=2,
+                             map_timeout=0.5)
+    df.reset_state()
+    pid = df.worker_pids[0]
+    got = []
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        for dp in df:
+            got.append(dp[0])
+    assert 0.5 < time.monotonic() - start < 3.0
+    assert got == [0, 1, 2]
+    assert info.value.pid == pid
+    assert "MultiProcessMapData: worker 0 (pid {}) has not answered for".format(pid) in str(info.value)
+    assert "(map_timeout=0.5 s): is map_func stuck?" in str(info.value)
+    with pytest.raises(WorkerError, match="has not answered"):       # broken for good
+        next(iter(df))
+    df.close()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_stuck_thread_is_reported_after_map_timeout():
+    release = threading.Event()
+
+    def stuck_at_3(i):
+        if i[0] == 3:
+            release.wait(30)
+        return i
+
+    df = MultiThreadMapData(Indexed(10), 2, stuck_at_3, strict=True, ordered=True, map_timeout=0.3)
+    df.reset_state()
+    got = []
+    with pytest.raises(WorkerError, match=r"MultiThreadMapData-thread-\d has not answered for .* "
+                                          r"\(map_timeout=0.3 s\): is map_func stuck\?"):
+        for dp in df:
+            got.append(dp[0])
+    assert got == [0, 1, 2]
+    release.set()                      # a thread cannot be killed: let its call return
+    df.close()
+
+
+def test_map_timeout_must_be_positive():
+    with pytest.raises(ValueError, match="map_timeout must be a positive number of seconds or None, got 0"):
+        MultiProcessMapData(Indexed(3), 1, _stuck_at_3, map_timeout=0)

@@ -21,10 +21,10 @@ Example::
 """
 import collections
 import queue
+import time
 import traceback
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional
-
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import WorkerError
@@ -49,13 +49,20 @@ class _ParallelMapBase(ProxyDataFlow):
     ``(rank, [epoch, seq, result])`` or None, and ``close()``.
     """
 
-    def __init__(self, ds: DataFlow, num_workers: int, buffer_size: int, strict: bool, ordered: bool):
+    def __init__(self, ds: DataFlow, num_workers: int, buffer_size: int, strict: bool, ordered: bool,
+                 map_timeout: Optional[float] = None):
         super().__init__(ds)
         name = type(self).__name__
         self.num_workers = num_workers
         self.buffer_size = _check_positive(name, "buffer_size", buffer_size)
         self.strict = bool(strict)
         self.ordered = bool(ordered)
+        if map_timeout is not None and not map_timeout > 0:
+            raise ValueError("{}: map_timeout must be a positive number of seconds or None, got {!r}".format(
+                name, map_timeout))
+        self.map_timeout = map_timeout
+        self._waiting_since: List[Optional[float]] = [None] * num_workers   # work in flight, no answer since
+        self._hung: Optional[WorkerError] = None
         self._guard = DataFlowReentrantGuard(name)
         self._in_flight = [0] * num_workers      # tasks sent to each worker, not yet answered
         self._epoch = 0
@@ -98,17 +105,23 @@ class _ParallelMapBase(ProxyDataFlow):
                 continue
             rank = min(range(len(self._in_flight)), key=self._in_flight.__getitem__)   # least loaded
             self._submit(rank, [self._epoch, self._next_seq, task])
+            if not self._in_flight[rank]:
+                self._waiting_since[rank] = time.monotonic()
             self._in_flight[rank] += 1
             self._epoch_in_flight += 1
             self._next_seq += 1
 
     def _collect(self) -> None:
         """Wait up to one poll interval for an answer; move the results now due to ``_ready``."""
+        if self._hung is not None:
+            raise self._hung
         got = self._receive(POLL_INTERVAL)
         if got is None:
+            self._check_hung()
             return
         rank, (epoch, seq, result) = got
         self._in_flight[rank] -= 1
+        self._waiting_since[rank] = time.monotonic() if self._in_flight[rank] else None
         if epoch != self._epoch:
             return                                 # left over from an abandoned strict epoch
         self._epoch_in_flight -= 1
@@ -119,6 +132,23 @@ class _ParallelMapBase(ProxyDataFlow):
         while self._next_yield in self._pending:
             self._ready.append(self._pending.pop(self._next_yield))
             self._next_yield += 1
+
+    def _check_hung(self) -> None:
+        """Raise a WorkerError for a worker that has had work and no answer for ``map_timeout``."""
+        if self.map_timeout is None:
+            return
+        now = time.monotonic()
+        for rank, since in enumerate(self._waiting_since):
+            if since is not None and now - since > self.map_timeout:
+                worker, pid = self._describe_worker(rank)
+                self._hung = WorkerError(type(self).__name__, worker, pid=pid, reason=(
+                    "has not answered for {:.1f} s with {} datapoint(s) in flight (map_timeout={} s): is "
+                    "map_func stuck?".format(now - since, self._in_flight[rank], self.map_timeout)))
+                raise self._hung
+
+    def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
+        """``(name, pid or None)`` of worker ``rank`` for error messages."""
+        return "worker {}".format(rank), None
 
     def __iter__(self) -> Iterator[Any]:
         if self._closed or not self._started:
@@ -204,7 +234,8 @@ class MultiThreadMapData(_ParallelMapBase):
     the datapoints of ``MapData(ds, map_func)`` (``None`` results dropped), in source order when
     ``ordered=True``. Best for work that releases the GIL (I/O, decoding in C). An exception in
     ``map_func`` is raised in the consumer as :class:`~inputpipe.utils.errors.WorkerError`
-    chained to the original.
+    chained to the original; with ``map_timeout``, so is a thread that holds work without
+    answering for that many seconds (a thread cannot be killed: it ends when its call returns).
 
     Example::
 
@@ -215,9 +246,10 @@ class MultiThreadMapData(_ParallelMapBase):
     """
 
     def __init__(self, ds: DataFlow, num_thread: int, map_func: Callable[[Any], Any], *,
-                 buffer_size: int = 200, strict: bool = False, ordered: bool = False):
+                 buffer_size: int = 200, strict: bool = False, ordered: bool = False,
+                 map_timeout: Optional[float] = None):
         super().__init__(ds, _check_positive(type(self).__name__, "num_thread", num_thread),
-                         buffer_size, strict, ordered)
+                         buffer_size, strict, ordered, map_timeout)
         self.map_func = map_func
         self._results = queue.Queue()      # bounded by buffer_size tasks in flight
         self._threads: List[_MapThread] = []
@@ -233,6 +265,9 @@ class MultiThreadMapData(_ParallelMapBase):
 
     def _submit(self, rank: int, task: Any) -> None:
         self._threads[rank].tasks.put(task)
+
+    def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
+        return self._threads[rank].name, None
 
     def _receive(self, timeout: float):
         if self._failure is not None:       # the failed thread has ended: raise again, never wait
@@ -293,6 +328,9 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         ordered: yield in source order (a slow datapoint holds back the ones after it).
         start_method: ``"fork"`` (default on Linux), ``"forkserver"`` or ``"spawn"``.
         shm_bytes: shared memory per worker for zero-copy results (default 96 MiB).
+        map_timeout: optionally, seconds a worker may hold work without answering; past that,
+            iteration raises a :class:`~inputpipe.utils.errors.WorkerError` naming the worker
+            (a ``map_func`` stuck on a hung file system or lock). ``close()`` then stops it.
 
     A ``map_func`` that raises, or a worker that dies, makes iteration raise
     :class:`~inputpipe.utils.errors.WorkerError` with the worker's traceback, or its pid and signal.
@@ -310,8 +348,9 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
 
     def __init__(self, ds: DataFlow, num_proc: int, map_func: Callable[[Any], Any], *, buffer_size: int = 200,
                  strict: bool = False, ordered: bool = False, start_method: Optional[str] = None,
-                 shm_bytes: Optional[int] = None):
-        super().__init__(ds, _check_positive(type(self).__name__, "num_proc", num_proc), buffer_size, strict, ordered)
+                 shm_bytes: Optional[int] = None, map_timeout: Optional[float] = None):
+        super().__init__(ds, _check_positive(type(self).__name__, "num_proc", num_proc), buffer_size, strict, ordered,
+                         map_timeout)
         self.map_func = map_func
         self._pool = WorkerPool(type(self).__name__, _serve_map, num_proc, (map_func, self._batch_size),
                                 start_method, shm_bytes)
@@ -321,6 +360,9 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
 
     def _submit(self, rank: int, task: Any) -> None:
         self._pool.send(rank, task)
+
+    def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
+        return "worker {}".format(rank), self.worker_pids[rank]
 
     def _receive(self, timeout: float):
         return self._pool.receive(timeout)
