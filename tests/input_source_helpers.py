@@ -74,5 +74,16 @@ def build(source, specs=SPECS):
     return graph, tensors
 
 
+def labels_until_the_end(source, graph, label):
+    """Run ``label`` in a MonitoredTrainingSession with ``source``'s hooks until it stops
+    (finite data); returns the labels in the order they came."""
+    got = []
+    with graph.as_default():
+        with tf.compat.v1.train.MonitoredTrainingSession(hooks=source.get_hooks()) as sess:
+            while not sess.should_stop():
+                got.append(int(sess.run(label)))
+    return got
+
+
 def feeding_threads():
     return [t for t in threading.enumerate() if t.name.endswith("EnqueueThread") and t.is_alive()]

@@ -8,7 +8,7 @@ from inputpipe.input_source import (
     TensorInput, TFDatasetInput, hooked_session, remap_input_source,
 )
 
-from input_source_helpers import BATCH_SPECS, SPECS, Counting, Fixed, build, expected_x
+from input_source_helpers import BATCH_SPECS, SPECS, Counting, Fixed, build, expected_x, labels_until_the_end
 
 N_STEPS = 7
 
@@ -91,12 +91,7 @@ def test_finite_dataflow_ends_with_clean_out_of_range(cls):
 def test_finite_dataflow_in_monitored_session_ends_cleanly():
     source = QueueInput(Counting(3), infinite=False)
     graph, (x, label) = build(source)
-    got = []
-    with graph.as_default():
-        with tf.compat.v1.train.MonitoredTrainingSession(hooks=source.get_hooks()) as sess:
-            while not sess.should_stop():
-                got.append(int(sess.run(label)))
-    assert got == [0, 1, 2]
+    assert labels_until_the_end(source, graph, label) == [0, 1, 2]
 
 
 def test_tf_dataset_input_from_dataflow_list_datapoints():

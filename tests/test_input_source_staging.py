@@ -9,7 +9,7 @@ import tensorflow as tf
 from inputpipe.dataflow.base import DataFlow
 from inputpipe.input_source import BatchQueueInput, FeedInput, QueueInput, StagingInput, hooked_session
 
-from input_source_helpers import BATCH_SPECS, SPECS, Counting, build, expected_x
+from input_source_helpers import BATCH_SPECS, SPECS, Counting, build, expected_x, labels_until_the_end
 
 INNER = {
     "QueueInput": lambda df: QueueInput(df, infinite=False),
@@ -83,12 +83,7 @@ def test_slow_end_of_data_loses_nothing(nr_stage):
 def test_monitored_training_session_stops_cleanly_after_the_last_batch(nr_stage):
     source = StagingInput(QueueInput(Counting(5), infinite=False), nr_stage=nr_stage)
     graph, (x, label) = build(source)
-    got = []
-    with graph.as_default():
-        with tf.compat.v1.train.MonitoredTrainingSession(hooks=source.get_hooks()) as sess:
-            while not sess.should_stop():
-                got.append(int(sess.run(label)))
-    assert got == [0, 1, 2, 3, 4]
+    assert labels_until_the_end(source, graph, label) == [0, 1, 2, 3, 4]
 
 
 def test_non_consuming_steps_at_the_end_take_nothing():

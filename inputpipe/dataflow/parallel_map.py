@@ -46,7 +46,8 @@ class _ParallelMapBase(ProxyDataFlow):
     """The scheduler shared by the thread and process maps.
 
     Subclasses provide ``_start()``, ``_submit(rank, task)``, ``_receive(timeout)`` returning
-    ``(rank, [epoch, seq, result])`` or None, and ``close()``.
+    ``(rank, [epoch, seq, result])`` or None, ``_describe_worker(rank)`` returning the worker's
+    ``(name, pid or None)`` for error messages, and ``close()``.
     """
 
     def __init__(self, ds: DataFlow, num_workers: int, buffer_size: int, strict: bool, ordered: bool,
@@ -145,10 +146,6 @@ class _ParallelMapBase(ProxyDataFlow):
                     "has not answered for {:.1f} s with {} datapoint(s) in flight (map_timeout={} s): is "
                     "map_func stuck?".format(now - since, self._in_flight[rank], self.map_timeout)))
                 raise self._hung
-
-    def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
-        """``(name, pid or None)`` of worker ``rank`` for error messages."""
-        return "worker {}".format(rank), None
 
     def __iter__(self) -> Iterator[Any]:
         if self._closed or not self._started:
