@@ -295,10 +295,10 @@ class InputStepHook(tf.compat.v1.train.SessionRunHook):
         args = run_context.original_args
         executed = self._deps.executed_ops(args.fetches, args.feed_dict)
         consumed = [i for i, t in enumerate(source._towers) if any(op in executed for op in t.consume_ops)]
-        feeds = source.stats.summary_feeds()
         if not consumed:
-            return tf.compat.v1.train.SessionRunArgs(None, feed_dict=feeds or None)
+            return None
         start = time.perf_counter()
+        feeds = {}
         # one flat list (TF builds a fetch mapper per nested item on every run): the source's
         # statistics, each tower's wait time, then the ops to run
         source_stats = source._source_stat_tensors()

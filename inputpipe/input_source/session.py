@@ -66,20 +66,25 @@ class HookedSession:
         original = tf.compat.v1.train.SessionRunArgs(fetches, feed_dict, options)
         context = tf.compat.v1.train.SessionRunContext(original, self.session)
         hook_fetches, feeds = {}, dict(feed_dict or {})     # hook index -> its fetches
-        run_options = tf.compat.v1.RunOptions()
-        if options is not None:
-            run_options.MergeFrom(options)
+        hook_options = []
         for index, hook in enumerate(self.hooks):
             args = hook.before_run(context)
-            if args is not None and args.fetches is not None:
+            if args is None:
+                continue
+            if args.fetches is not None:
                 hook_fetches[index] = args.fetches
-            if args is not None and args.feed_dict:
+            if args.feed_dict:
                 overlap = set(args.feed_dict) & set(feeds)
                 if overlap:
                     raise RuntimeError("a hook feeds tensors that are already fed: {}".format(overlap))
                 feeds.update(args.feed_dict)
-            if args is not None and args.options is not None:
-                run_options.MergeFrom(args.options)
+            if args.options is not None:
+                hook_options.append(args.options)
+        run_options = options
+        if hook_options:                 # merged into a copy: the caller's options stay as they are
+            run_options = tf.compat.v1.RunOptions()
+            for extra in ([options] if options is not None else []) + hook_options:
+                run_options.MergeFrom(extra)
         try:
             results = self.session.run([fetches] + list(hook_fetches.values()), feed_dict=feeds or None,
                                        options=run_options, run_metadata=run_metadata)
@@ -87,6 +92,8 @@ class HookedSession:
             self._raise_source_failure()
             raise
         hook_results = dict(zip(hook_fetches, results[1:]))
+        if run_options is None:
+            run_options = tf.compat.v1.RunOptions()
         for index, hook in enumerate(self.hooks):
             hook.after_run(context, tf.compat.v1.train.SessionRunValues(hook_results.get(index), run_options,
                                                                         run_metadata))

@@ -1,10 +1,11 @@
 """Per-step input statistics: queue occupancy and the time the train step waited for input.
 
 Each InputSource has an :class:`InputStats` (``source.stats``). Its hook fills it on every step
-that consumes inputs, from values fetched in that same ``session.run`` (no extra run), and feeds
-the latest values to ``tf.compat.v1.summary`` scalars so they show up in TensorBoard. When the
-steps spend more than ``warn_fraction`` of their time waiting for input, a warning is logged
-(at most once every ``warn_interval`` seconds).
+that consumes inputs, from values fetched in that same ``session.run`` (no extra run). The
+``tf.compat.v1.summary`` scalars that show the latest values in TensorBoard read them from
+Python (a ``tf.numpy_function``) only in the runs that evaluate them, so a step pays nothing
+for them. When the steps spend more than ``warn_fraction`` of their time waiting for input, a
+warning is logged (at most once every ``warn_interval`` seconds).
 
 Example::
 
@@ -12,10 +13,12 @@ Example::
     # {'steps': 100, 'input_wait_s': 0.4, 'stall_fraction': 0.02, 'mean_queue_size': 37.5, ...}
 """
 import collections
+import functools
 import threading
 import time
 from typing import Dict, List, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from ..utils.logger import get_logger
@@ -50,7 +53,7 @@ class InputStats:
         self.warn_interval = warn_interval
         self.warmup_steps = warmup_steps
         self._lock = threading.Lock()
-        self._placeholders: Dict[str, tf.Tensor] = {}
+        self._summaries: List[tf.Tensor] = []
         self.reset()
 
     def reset(self) -> None:
@@ -64,6 +67,8 @@ class InputStats:
             self.empty_steps = 0
             self.last: Dict[str, float] = {}
             self.history = collections.deque(maxlen=self.window)
+            self._history_wait = 0.0          # sums over ``history``, kept up to date as it slides
+            self._history_time = 0.0
             self._last_warning = -float("inf")
 
     def record(self, wait: float, step_time: float, queue_size: Optional[float] = None) -> None:
@@ -84,14 +89,19 @@ class InputStats:
                 self.queue_size_sum += queue_size
                 self.queue_size_steps += 1
                 self.empty_steps += int(queue_size == 0)
+            if len(self.history) == self.history.maxlen:
+                dropped_wait, dropped_time, _ = self.history[0]
+                self._history_wait -= dropped_wait
+                self._history_time -= dropped_time
             self.history.append((wait, step_time, queue_size))
+            self._history_wait += wait
+            self._history_time += step_time
             self._maybe_warn()
 
     def _maybe_warn(self) -> None:
         if len(self.history) < min(self.window, 20):
             return
-        waited = sum(h[0] for h in self.history)
-        spent = sum(h[1] for h in self.history)
+        waited, spent = self._history_wait, self._history_time
         if spent <= 0 or waited / spent < self.warn_fraction:
             return
         now = time.monotonic()
@@ -129,22 +139,24 @@ class InputStats:
         }
 
     # -- TensorBoard ----------------------------------------------------------------------------
+    def latest(self, stat: str) -> float:
+        """The latest recorded value of ``stat`` (one of :data:`SCALARS`), 0 before any step."""
+        return float(self.last.get(stat, 0.0))
+
     def build_summaries(self, scope: str) -> List[tf.Tensor]:
         """Create ``tf.compat.v1.summary.scalar``\\ s named ``input_source/<scope>/<stat>`` in the
-        default graph (added to the SUMMARIES collection, so ``merge_all()`` includes them). The
-        hook feeds them the values of the previous consuming step."""
-        if self._placeholders:
+        default graph (added to the SUMMARIES collection, so ``merge_all()`` includes them).
+        Each reads :meth:`latest` when it is evaluated: the values of the last consuming step
+        that finished. Idempotent: a second call creates nothing."""
+        if self._summaries:
             return []
-        summaries = []
         for stat in self.SCALARS:
             with tf.name_scope("input_source_stats"):
-                ph = tf.compat.v1.placeholder_with_default(
-                    tf.constant(0.0, tf.float32), [], name="{}_{}".format(scope, stat))
-            self._placeholders[stat] = ph
-            summaries.append(tf.compat.v1.summary.scalar("input_source/{}/{}".format(scope, stat), ph))
-        return summaries
+                value = tf.numpy_function(functools.partial(self._latest_array, stat), [], tf.float32,
+                                          stateful=True, name="{}_{}".format(scope, stat))
+                value.set_shape([])
+            self._summaries.append(tf.compat.v1.summary.scalar("input_source/{}/{}".format(scope, stat), value))
+        return list(self._summaries)
 
-    def summary_feeds(self) -> Dict[tf.Tensor, float]:
-        """The feed_dict giving the summary scalars the latest recorded values."""
-        last = self.last
-        return {ph: float(last[stat]) for stat, ph in self._placeholders.items() if stat in last}
+    def _latest_array(self, stat: str) -> np.ndarray:
+        return np.float32(self.latest(stat))
