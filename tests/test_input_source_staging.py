@@ -7,7 +7,9 @@ import pytest
 import tensorflow as tf
 
 from inputpipe.dataflow.base import DataFlow
-from inputpipe.input_source import BatchQueueInput, FeedInput, QueueInput, StagingInput, hooked_session
+from inputpipe.input_source import (
+    BatchQueueInput, FeedInput, InputSourceError, QueueInput, StagingInput, TFDatasetInput, hooked_session,
+)
 
 from input_source_helpers import BATCH_SPECS, SPECS, Counting, build, expected_x, labels_until_the_end
 
@@ -115,3 +117,82 @@ def test_failed_step_resynchronises_and_never_hangs():
     assert time.monotonic() - started < 10
     assert got[:2] == [0, 1] and 2 not in got
     assert got == sorted(set(got)) and got[-1] <= 7 and len(got) >= 6
+
+
+def _staged_dataset(make_dataset, nr_stage, specs=SPECS):
+    """StagingInput(TFDatasetInput(make_dataset())) set up in a fresh graph: (source, graph, tensors)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        source = StagingInput(TFDatasetInput(make_dataset()), nr_stage=nr_stage, device="/cpu:0")
+        source.setup(specs)
+        tensors = source.get_input_tensors()
+    return source, graph, tensors
+
+
+def _counting_dataset(n):
+    return lambda: TFDatasetInput.dataflow_to_dataset(Counting(n), [tf.float32, tf.int32], shapes=[[3], []])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n", [0, 1, 2, 7])
+@pytest.mark.parametrize("nr_stage", [1, 2, 3])
+def test_tf_dataset_every_element_once_in_order_then_out_of_range(nr_stage, n):
+    source, graph, (x, label) = _staged_dataset(_counting_dataset(n), nr_stage)
+    with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
+        got = []
+        with pytest.raises(tf.errors.OutOfRangeError, match="end of data"):
+            for _ in range(n + 5):
+                xv, lv = run([x, label])
+                np.testing.assert_array_equal(xv, expected_x(int(lv)))
+                got.append(int(lv))
+        with pytest.raises(tf.errors.OutOfRangeError):     # and it stays ended
+            run(label)
+    assert got == list(range(n))
+    assert source.stats.steps == n
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("nr_stage", [1, 3])
+def test_tf_dataset_last_partial_batch_reaches_a_step_in_monitored_session(nr_stage):
+    def batches():
+        labels = np.arange(8, dtype=np.int32)
+        xs = np.stack([expected_x(i) for i in labels])
+        return tf.data.Dataset.from_tensor_slices((xs, labels)).batch(3)
+    source, graph, (x, label) = _staged_dataset(batches, nr_stage, BATCH_SPECS)
+    got = []
+    with graph.as_default():
+        with tf.compat.v1.train.MonitoredTrainingSession(hooks=source.get_hooks()) as sess:
+            while not sess.should_stop():
+                got.append(sess.run(label).tolist())
+    assert got == [[0, 1, 2], [3, 4, 5], [6, 7]]
+
+
+@pytest.mark.timeout(60)
+def test_tf_dataset_two_towers_share_the_elements_and_stop_together():
+    graph = tf.Graph()
+    with graph.as_default():
+        source = StagingInput(TFDatasetInput(_counting_dataset(5)()), nr_stage=2, device="/cpu:0")
+        source.setup(SPECS)
+        _, first = source.get_input_tensors()
+        _, second = source.get_input_tensors()
+    with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
+        pairs = []
+        with pytest.raises(tf.errors.OutOfRangeError, match="end of data"):
+            for _ in range(10):
+                pairs.append(tuple(int(v) for v in run([first, second])))
+    seen = sorted(label for pair in pairs for label in pair)
+    assert seen == [0, 1, 2, 3]         # 4 was staged in tower 0 alone: a two-tower step needs two
+    assert pairs == [(0, 2), (1, 3)]                    # prefill: tower 0 takes 0, 1; tower 1 takes 2, 3
+
+
+def test_tf_dataset_cannot_feed_staged_and_unstaged_towers():
+    graph = tf.Graph()
+    with graph.as_default():
+        inner = TFDatasetInput(_counting_dataset(3)())
+        inner.setup(SPECS)
+        inner.get_input_tensors()
+        with pytest.raises(InputSourceError, match="TFDatasetInput: its tensors were already taken without "
+                                                   "StagingInput"):
+            staged = StagingInput(inner)
+            staged.setup(SPECS)
+            staged.get_input_tensors()

@@ -36,8 +36,10 @@ logger = get_logger(__name__)
 class Tower:
     """What one ``get_input_tensors()`` call built: the returned ``tensors``, the ``consume_op``
     (or list of ops) whose execution means "this step takes a batch", per-step ``run_ops`` to add to consuming
-    steps (e.g. a stage op), ``stat_tensors`` to fetch with them (e.g. ``{"wait": seconds}``)
-    and an optional ``feed_fn`` giving the feed_dict of a consuming step.
+    steps (e.g. a stage op), ``stat_tensors`` to fetch with them (e.g. ``{"wait": seconds}``),
+    an optional ``feed_fn`` giving the feed_dict of a consuming step, and, for a tower built for
+    staging, an optional ``real`` bool tensor: False when the tensors are filler read after the
+    end of the data (see :meth:`InputSource._read_for_staging`).
 
     Example::
 
@@ -46,7 +48,7 @@ class Tower:
 
     def __init__(self, tensors: List[tf.Tensor], consume_op: Any,
                  run_ops: Sequence[Any] = (), stat_tensors: Optional[Dict[str, tf.Tensor]] = None,
-                 feed_fn: Optional[Callable[[], Dict[Any, Any]]] = None):
+                 feed_fn: Optional[Callable[[], Dict[Any, Any]]] = None, real: Optional[tf.Tensor] = None):
         self.tensors = tensors
         if consume_op is None:
             consume_op = []
@@ -54,6 +56,7 @@ class Tower:
         self.run_ops = list(run_ops)
         self.stat_tensors = dict(stat_tensors or {})
         self.feed_fn = feed_fn
+        self.real = real
 
 
 def timed_input(make_outputs: Callable[[], Any]):
@@ -94,6 +97,7 @@ class InputSource:
         self._closed = False
         self._failure: Optional[BaseException] = None
         self._failure_lock = threading.Lock()
+        self._staged_reads = False
         self.stats = InputStats(self.name)
 
     # -- public API (tensorpack) -------------------------------------------------------------
@@ -196,6 +200,14 @@ class InputSource:
         """The :class:`Tower` of the latest ``get_input_tensors()`` call (wrappers delegate)."""
         return self._towers[-1]
 
+    def _read_for_staging(self) -> None:
+        """Called by :class:`StagingInput` before it builds towers: they will be read one step
+        ahead of use. A source that learns of the end of its data only by trying to read
+        (tf.data) then builds towers that never fail at the end: past the end they give filler
+        and a ``real`` tensor that is False, so no staged batch is lost with a failing step.
+        Wrappers pass it on to the source they wrap."""
+        self._staged_reads = True
+
     def _source_stat_tensors(self) -> Dict[str, tf.Tensor]:
         """Tensors fetched with every consuming step, e.g. ``{"queue_size": queue.size()}``."""
         return {}
@@ -213,8 +225,9 @@ class InputSource:
         feed_fn)``. May raise ``tf.errors.OutOfRangeError`` to end the data before the run."""
         return [(self._towers[i].run_ops, self._towers[i].stat_tensors, self._towers[i].feed_fn) for i in indices]
 
-    def _step_done(self) -> None:
-        """The consuming step planned last (:meth:`_step_plan`) ran successfully."""
+    def _step_done(self, run_results: List[Any]) -> None:
+        """The consuming step planned last (:meth:`_step_plan`) ran successfully; ``run_results``
+        are the values of the planned ``run_ops``, in plan order."""
 
     def _step_failed(self, session: tf.compat.v1.Session) -> None:
         """The consuming step planned last raised instead of finishing: resynchronise any state
@@ -319,8 +332,8 @@ class InputStepHook(tf.compat.v1.train.SessionRunHook):
             return
         start, python_wait, stat_names, wait_count = self._step
         self._step = None
-        self.source._step_done()
         results = run_values.results
+        self.source._step_done(results[len(stat_names) + wait_count:])
         source_stats = dict(zip(stat_names, results))
         waits = results[len(stat_names):len(stat_names) + wait_count]
         wait = python_wait + (max(waits) if waits else 0.0)

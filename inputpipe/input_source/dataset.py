@@ -20,6 +20,13 @@ __all__ = ["TFDatasetInput"]
 TypeSpec = Union[tf.dtypes.DType, tf.TensorSpec]
 
 
+def _filler(spec: tf.TensorSpec) -> tf.Tensor:
+    """A zero tensor that fits ``spec`` (unknown dimensions are 0): the element read past the end."""
+    if spec.shape.rank is None:
+        return tf.zeros([], spec.dtype)
+    return tf.zeros([0 if d is None else d for d in spec.shape.as_list()], spec.dtype)
+
+
 class TFDatasetInput(InputSource):
     """Read inputs from a ``tf.data.Dataset`` through an initializable iterator (initialized by
     the hook when the session starts, and by ``reset_state()`` once a session runs).
@@ -28,6 +35,10 @@ class TFDatasetInput(InputSource):
     ``with graph.as_default():``), and its elements must be a tuple/list in signature order, a dict
     keyed by the signature names, or a single tensor for a one-entry signature; dtypes must be
     identical and shapes compatible. The end of the dataset is a ``tf.errors.OutOfRangeError``.
+
+    Under :class:`StagingInput`, a finite dataset loses nothing either: the staged towers read
+    the dataset followed by endless filler elements flagged as such, so the read one step ahead
+    never fails at the end; the filler is never unstaged (see ``StagingInput``).
 
     Example::
 
@@ -53,7 +64,8 @@ class TFDatasetInput(InputSource):
                 "{}: the dataset was built outside this graph (eagerly or in another tf.Graph); build it "
                 "inside `with graph.as_default():`".format(self.name))
         self._element_names = self._check_element_spec(specs)
-        self._iterator = tf.compat.v1.data.make_initializable_iterator(self._dataset)
+        self._iterator = None                 # made by the first tower: its kind depends on staging
+        self._iterator_flagged = False
 
     def _check_element_spec(self, specs: List[tf.TensorSpec]) -> Optional[List[str]]:
         element = self._dataset.element_spec
@@ -78,26 +90,48 @@ class TFDatasetInput(InputSource):
                                                                 got.dtype.name, got.shape))
         return names if isinstance(element, dict) else None
 
+    def _make_iterator(self, flagged: bool) -> Any:
+        """The iterator all towers share: over the dataset, or (``flagged``, for staging) over
+        ``(element, True)`` pairs followed by endless ``(filler, False)``."""
+        if self._iterator is not None:
+            if self._iterator_flagged != flagged:
+                raise InputSourceError("{}: its tensors were already taken {} StagingInput; one source cannot feed "
+                                       "both staged and unstaged towers".format(
+                                           self.name, "through" if self._iterator_flagged else "without"))
+            return self._iterator
+        dataset = self._dataset
+        if flagged:
+            filler = tf.nest.map_structure(_filler, dataset.element_spec)
+            real = dataset.map(lambda *element: (element[0] if len(element) == 1 else element, True))
+            dataset = real.concatenate(tf.data.Dataset.from_tensors((filler, False)).repeat())
+        self._iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
+        self._iterator_flagged = flagged
+        return self._iterator
+
     def _build_tower(self) -> Tower:
-        element, wait = timed_input(lambda: self._iterator.get_next(name="get_next"))
+        flagged = self._staged_reads
+        iterator = self._make_iterator(flagged)
+        read, wait = timed_input(lambda: iterator.get_next(name="get_next"))
+        element, real = read if flagged else (read, None)
         if self._element_names is not None:
             outputs = [element[n] for n in self._element_names]
         else:
             outputs = tf.nest.flatten(element)
         for tensor, spec in zip(outputs, self._specs):
             tensor.set_shape(spec.shape)
-        return Tower(outputs, consume_op=outputs[0].op, stat_tensors={"wait": wait})
+        return Tower(outputs, consume_op=outputs[0].op, stat_tensors={"wait": wait}, real=real)
 
     def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
         self._session = session
-        session.run(self._iterator.initializer)
+        if self._iterator is not None:
+            session.run(self._iterator.initializer)
 
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
         self._session = None
 
     def reset_state(self) -> None:
         """Re-initialize the iterator (start the dataset again) if a session is running."""
-        if self._session is not None:
+        if self._session is not None and self._iterator is not None:
             self._session.run(self._iterator.initializer)
 
     @staticmethod

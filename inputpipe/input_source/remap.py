@@ -69,6 +69,10 @@ class RemappedInput(InputSource):
     def _last_tower(self) -> Tower:
         return self._input._last_tower()
 
+    def _read_for_staging(self) -> None:
+        super()._read_for_staging()
+        self._input._read_for_staging()
+
     def _source_stat_tensors(self) -> Dict[str, tf.Tensor]:
         return self._input._source_stat_tensors()
 

@@ -11,7 +11,10 @@ Finite data loses nothing: the hook counts the staged batches in Python and adds
 to a step only when the wrapped source has *claimed* a batch for it (``_claim_batch``: the
 batch is queued or surely coming). At the end of the data the steps only unstage, and once
 nothing is staged the hook raises ``tf.errors.OutOfRangeError`` itself, before the run, so no
-failing dequeue ever throws away a batch unstaged in the same run.
+failing dequeue ever throws away a batch unstaged in the same run. A source that cannot claim
+ahead (``TFDatasetInput``: tf.data learns of its end only by reading) instead builds towers
+that, past the end, stage filler flagged ``real = False`` (``Tower.real``, fetched with the
+stage op): the hook counts only real batches and stops restaging after the first filler.
 
 Example::
 
@@ -41,7 +44,7 @@ class StagingInput(InputSource):
     come from the wrapped source's producing op, fetched in the same run.
 
     With a finite wrapped source (``QueueInput(ds, infinite=False)``, ``BatchQueueInput``,
-    ``FeedInput``), every batch reaches a step exactly once and in order, then the step raises
+    ``FeedInput``, ``TFDatasetInput`` of a finite dataset), every batch reaches a step exactly once and in order, then the step raises
     ``tf.errors.OutOfRangeError`` (a clean stop in ``MonitoredTrainingSession``).
 
     Note: whether a step consumes is decided from the fetches and feeds of the ``run`` call
@@ -70,8 +73,12 @@ class StagingInput(InputSource):
         self._device = device
         self._areas: List[data_flow_ops.StagingArea] = []
         self._area_sizes: List[tf.Tensor] = []
-        self._staged: List[int] = []                  # batches staged per tower (Python's count)
-        self._planned: List[Tuple[int, bool]] = []    # (tower, restaged?) of the running step
+        self._staged: List[int] = []                  # real batches staged per tower (Python's count)
+        self._fillers: List[int] = []                 # filler elements staged per tower after the end
+        self._real_at: List[Optional[int]] = []       # per tower: index of Tower.real in its run_ops
+        self._ended = False                           # a filler came: the wrapped source has ended
+        # (tower, restaged?, index of its `real` value in the step's run results) of the running step
+        self._planned: List[Tuple[int, bool, Optional[int]]] = []
 
     def reset_state(self) -> None:
         self._input.reset_state()
@@ -94,6 +101,7 @@ class StagingInput(InputSource):
                     self.name, self._input.name))
         else:
             self._input.setup(specs)
+        self._input._read_for_staging()
 
     def _lifecycle_hooks(self) -> List[tf.compat.v1.train.SessionRunHook]:
         return self._input._lifecycle_hooks() + [InputSourceHook(self)]
@@ -112,11 +120,15 @@ class StagingInput(InputSource):
             outputs = tf.nest.flatten(area.get(name="unstage"))
             self._area_sizes.append(area.size(name="staged"))
         self._areas.append(area)
-        return Tower(outputs, consume_op=outputs[0].op, run_ops=[stage_op] + inner.run_ops,
+        real = [] if inner.real is None else [inner.real]
+        self._real_at.append(1 if real else None)
+        return Tower(outputs, consume_op=outputs[0].op, run_ops=[stage_op] + real + inner.run_ops,
                      stat_tensors=inner.stat_tensors, feed_fn=inner.feed_fn)
 
     def _claim(self) -> bool:
         """Wait until the wrapped source knows whether one more batch comes (see ``_claim_batch``)."""
+        if self._ended:
+            return False
         while True:
             claimed = self._input._claim_batch(POLL_INTERVAL)
             if claimed is not None:
@@ -126,6 +138,8 @@ class StagingInput(InputSource):
     def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
         """Prefill: stage up to ``nr_stage`` batches in every tower's area (fewer if the data ends)."""
         self._staged = [0] * len(self._towers)
+        self._fillers = [0] * len(self._towers)
+        self._ended = False
         self._planned = []
         for index, tower in enumerate(self._towers):
             for _ in range(self.nr_stage):
@@ -133,11 +147,19 @@ class StagingInput(InputSource):
                     break
                 feeds = tower.feed_fn() if tower.feed_fn is not None else None
                 try:
-                    session.run(tower.run_ops, feed_dict=feeds)
+                    results = session.run(tower.run_ops, feed_dict=feeds)
                 except tf.errors.OpError:
                     self.raise_if_failed()
                     raise
-                self._staged[index] += 1
+                self._count_restage(index, results, self._real_at[index])
+
+    def _count_restage(self, tower: int, run_results: List[Any], real_at: Optional[int]) -> None:
+        """Count the batch a run of ``tower``'s stage op staged: a real one, or filler (the end)."""
+        if real_at is None or bool(run_results[real_at]):
+            self._staged[tower] += 1
+        else:
+            self._fillers[tower] += 1
+            self._ended = True
 
     def _step_plan(self, indices: List[int]) -> List[Tuple[List[Any], Dict[str, tf.Tensor], Any]]:
         """Unstage in every consuming tower; restage where the wrapped source claimed a batch."""
@@ -147,18 +169,27 @@ class StagingInput(InputSource):
             raise tf.errors.OutOfRangeError(None, None, "{}: end of data: every staged batch was consumed (tower {})"
                                             .format(self.name, empty[0]))
         plans, self._planned = [], []
+        offset = 0                              # where this tower's run_ops start in the step's results
         for i in indices:
             tower = self._towers[i]
             restage = self._claim()
-            self._planned.append((i, restage))
-            plans.append((tower.run_ops, tower.stat_tensors, tower.feed_fn) if restage else ([], {}, None))
+            real_at = None if self._real_at[i] is None else offset + self._real_at[i]
+            self._planned.append((i, restage, real_at))
+            if restage:
+                plans.append((tower.run_ops, tower.stat_tensors, tower.feed_fn))
+                offset += len(tower.run_ops)
+            else:
+                plans.append(([], {}, None))
         return plans
 
-    def _step_done(self) -> None:
-        for i, restage in self._planned:
-            self._staged[i] += int(restage) - 1
+    def _step_done(self, run_results: List[Any]) -> None:
+        for i, restage, real_at in self._planned:
+            self._staged[i] -= 1
+            if restage:
+                self._count_restage(i, run_results, real_at)
         self._planned = []
 
     def _step_failed(self, session: tf.compat.v1.Session) -> None:
         self._planned = []
-        self._staged = [int(n) for n in session.run(self._area_sizes)]
+        sizes = session.run(self._area_sizes)
+        self._staged = [max(int(n) - fillers, 0) for n, fillers in zip(sizes, self._fillers)]
