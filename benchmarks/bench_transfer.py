@@ -5,14 +5,14 @@ same run and the peers ``tf.data.Dataset.from_generator`` + ``prefetch`` and ten
 reads one element of each batch, so the figure is the bandwidth of the input path alone.
 
 The DataFlow cycles over 4 numpy batches as numpy makes them (16-byte aligned): each is copied
-once, and there is no way around that copy (TF shares only 64-byte aligned memory); QueueInput's
-feeding thread makes it into recycled aligned buffers with two threads
-(``inputpipe.utils.buffers.AlignedStaging``), the peers let TF make it. A second row feeds the
-same batches from 64-byte aligned memory
-(``inputpipe.utils.buffers.aligned_empty``, what the wire format's zero-copy decoding and
-the shared-memory channel of the parallel runners give), which TF shares without any copy. The
-memcpy reference copies one batch into a warm buffer; a second reference copies the 4 batches
-in turn, as the pipeline reads them. Every row is measured ``--repeats`` times, interleaved;
+once, and there is no way around that copy (TF shares only 64-byte aligned memory); QueueInput
+has TF's concat kernel make it with the intra-op threads, off the GIL
+(``inputpipe.input_source.realign``), the peers have TF's feed path make it in the feeding
+thread. A second row feeds the same batches from 64-byte aligned memory
+(``inputpipe.utils.buffers.aligned_empty``, what ``BatchData``, the wire format's zero-copy
+decoding and the shared-memory channel of the parallel runners give), which TF shares without
+any copy. The memcpy reference copies one batch into a warm buffer; a second reference copies
+the 4 batches in turn, as the pipeline reads them. Every row is measured ``--repeats`` times, interleaved;
 the table shows the median and the best. Writes benchmarks/results/transfer.json.
 
     python benchmarks/bench_transfer.py [--batches 60] [--repeats 5]

@@ -3,13 +3,12 @@ import logging
 import threading
 import time
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
 from inputpipe.input_source import FeedInput, QueueInput, StagingInput, hooked_session
 
-from input_source_helpers import SPECS, Counting, build, feeding_threads
+from input_source_helpers import Counting, build, feeding_threads
 
 
 def _wait_no_feeders(seconds=2.0):

@@ -1,6 +1,7 @@
 """Large batches: TF shares 64-byte aligned arrays (no copy) and keeps them alive while they
-are queued, staged or fetched; unaligned arrays are copied once (large ones by QueueInput into
-recycled aligned buffers, never overwritten while queued); conversions produce aligned arrays."""
+are queued, staged or fetched; unaligned arrays are copied once (large ones by TF's concat in
+the realigning enqueue op); conversions produce aligned arrays."""
+import gc
 import weakref
 
 import numpy as np
@@ -120,18 +121,22 @@ def test_aligned_empty(shape, dtype):
     assert arr.ctypes.data % ALIGNMENT == 0 and is_aligned(arr)
 
 
-def test_large_unaligned_batches_are_copied_once_into_aligned_buffers_that_stay_intact_while_queued():
+def test_large_unaligned_batches_are_copied_by_tf_and_stay_intact_while_queued():
     n = 12
-    shape = (1024, 1024)                         # 4 MiB: copied by two threads
-    source = QueueInput(FreshBatches(n, shape, offset=4), infinite=False)
+    shape = (1024, 1024)                         # 4 MiB, 16 bytes past an aligned address
+    df = FreshBatches(n, shape, offset=4)
+    source = QueueInput(df, infinite=False)
     graph = tf.Graph()
     with graph.as_default():
         source.setup([tf.TensorSpec(shape, tf.float32, "big"), tf.TensorSpec([], tf.int32, "label")])
         big, label = source.get_input_tensors()
+        nothing = tf.constant(0)
     with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
-        staging = source._thread.make_feed.args[0]
-        source._thread.join(10)                  # all 12 wait in the queue, each in its own buffer:
-        assert staging.copies == n               # none may be overwritten before it is dequeued
+        source._thread.join(10)                  # all 12 wait in the queue
+        assert not source._thread.is_alive() and source._realign.realigned == n
+        sess.run(nothing)                        # lets TF drop the references it still held
+        gc.collect()
+        assert df.alive() == 0                   # TF copied every batch: none of them is shared
         results = [run([big, label]) for _ in range(n)]
     assert [int(r[1]) for r in results] == list(range(n))
     for i, (values, _) in enumerate(results):

@@ -203,7 +203,7 @@ def test_the_worker_waits_for_the_consumer_to_release_the_region_before_the_last
     monkeypatch.setattr(channel, "_WARM_WAIT_MAX_SECONDS", 10.0)
     monkeypatch.setattr(channel, "_WARM_WAIT_PER_BYTE", 1.0)
     states, regions, unit = _regions(8)
-    a, b = regions.allocate(unit), regions.allocate(unit)
+    a, _ = regions.allocate(unit), regions.allocate(unit)
     assert regions.held_before_last() is None              # a is sent, not yet received
     states[a[0]] = channel._RECEIVED
     assert regions.held_before_last() == a[0]

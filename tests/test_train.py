@@ -8,7 +8,7 @@ import tensorflow as tf
 from inputpipe.input_source import QueueInput, StagingInput
 from inputpipe.train import TrainSummary, train
 
-from input_source_helpers import SPECS, Counting, Raising, build, feeding_threads
+from input_source_helpers import Counting, Raising, build, feeding_threads
 
 
 def _model(source):

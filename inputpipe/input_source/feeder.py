@@ -7,13 +7,13 @@ training step that then fails to dequeue can report the real cause.
 
 Example::
 
-    thread = EnqueueThread(name, session, coord, make_datapoints, make_feed, enqueue_op, ...)
+    thread = EnqueueThread(name, session, coord, make_datapoints, make_enqueue, close_op, ...)
     thread.start()
     ...
     thread.stop(); session.run(cancel_op); thread.join(2)
 """
 import threading
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import tensorflow as tf
 
@@ -36,13 +36,13 @@ def _session_closed(err: BaseException) -> bool:
 
 
 class EnqueueThread(StoppableThread):
-    """Run ``enqueue_op`` with the feed made from each datapoint until stopped or out of data.
+    """Enqueue each datapoint until stopped or out of data.
 
     ``make_datapoints(should_stop)`` makes the datapoint iterator (in the thread);
+    ``make_enqueue(datapoint)`` returns the enqueue op to run for it and that run's feed_dict;
     ``on_failure(err)`` is called with any error (DataFlow exception, bad datapoint, TF error);
     the queue is then closed with ``cancel_op``. A finite DataFlow's end closes it with
     ``close_op`` (remaining elements can still be dequeued, then ``OutOfRangeError``).
-    ``on_exit()`` runs in the thread as it ends, however it ends (e.g. to stop helper threads).
 
     ``enqueued`` (datapoints enqueued so far) and ``finished`` (the DataFlow ended and nothing
     more will be enqueued) change under the ``progress`` condition, which is notified on each
@@ -51,21 +51,18 @@ class EnqueueThread(StoppableThread):
 
     def __init__(self, owner: str, session: tf.compat.v1.Session, coord: Any,
                  make_datapoints: Callable[[Callable[[], bool]], Iterator[Any]],
-                 make_feed: Callable[[Any], Dict[Any, Any]], enqueue_op: tf.Operation,
-                 close_op: tf.Operation, cancel_op: tf.Operation, on_failure: Callable[[BaseException], None],
-                 on_exit: Optional[Callable[[], None]] = None):
+                 make_enqueue: Callable[[Any], Tuple[tf.Operation, Dict[Any, Any]]],
+                 close_op: tf.Operation, cancel_op: tf.Operation, on_failure: Callable[[BaseException], None]):
         super().__init__(name="{}-EnqueueThread".format(owner))
         self.owner = owner
         self.session = session
         self.coord = coord
         self.make_datapoints = make_datapoints
         self.datapoints: Optional[Iterator[Any]] = None
-        self.make_feed = make_feed
-        self.enqueue_op = enqueue_op
+        self.make_enqueue = make_enqueue
         self.close_op = close_op
         self.cancel_op = cancel_op
         self.on_failure = on_failure
-        self.on_exit = on_exit
         self.enqueued = 0
         self.finished = False
         self.progress = threading.Condition()
@@ -81,7 +78,7 @@ class EnqueueThread(StoppableThread):
             for datapoint in self.datapoints:
                 if self.should_stop():
                     return
-                if not self._enqueue(self.make_feed(datapoint)):
+                if not self._enqueue(*self.make_enqueue(datapoint)):
                     return
                 with self.progress:
                     self.enqueued += 1
@@ -106,22 +103,20 @@ class EnqueueThread(StoppableThread):
             with self.progress:
                 self.progress.notify_all()    # waiters re-check is_alive()
             closer = getattr(self.datapoints, "close", None)
-            for cleanup, what in ((closer, "closing the DataFlow iterator"), (self.on_exit, "on_exit")):
-                if cleanup is None:
-                    continue
+            if closer is not None:
                 try:
-                    cleanup()
+                    closer()
                 except Exception:
-                    logger.debug("%s: %s failed", self.owner, what, exc_info=True)
+                    logger.debug("%s: closing the DataFlow iterator failed", self.owner, exc_info=True)
 
     def _fail(self, err: BaseException) -> None:
         logger.error("%s: feeding stopped: %s: %s", self.owner, type(err).__name__, err)
         self.on_failure(err)
 
-    def _enqueue(self, feed: Dict[Any, Any]) -> bool:
+    def _enqueue(self, enqueue_op: tf.Operation, feed: Dict[Any, Any]) -> bool:
         while True:
             try:
-                self.session.run(self.enqueue_op, feed_dict=feed, options=self._options)
+                self.session.run(enqueue_op, feed_dict=feed, options=self._options)
                 return True
             except tf.errors.DeadlineExceededError:
                 if self.should_stop():

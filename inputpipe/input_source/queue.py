@@ -10,21 +10,19 @@ Example::
                   tf.TensorSpec([None], tf.int32, "label")])
     image, label = source.get_input_tensors()
 """
-import functools
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
 from ..dataflow.base import get_length
-from ..utils.buffers import AlignedStaging
 from ..utils.concurrency import POLL_INTERVAL
-from ..utils.copying import ParallelCopier
 from ..utils.logger import get_logger
 from .base import InputSource, Tower, timed_input
 from .errors import InputSourceError
 from .feeder import EnqueueThread
 from ._iteration import iterate_datapoints
+from .realign import RealigningEnqueue
 from .signature import DatapointConverter
 
 __all__ = ["QueueInput", "BatchQueueInput"]
@@ -45,8 +43,8 @@ class QueueInput(InputSource):
 
     TF shares the memory of 64-byte aligned arrays instead of copying them (see
     :mod:`inputpipe.utils.buffers`), so the DataFlow must not modify an array in place
-    after yielding it. Large unaligned arrays are copied once, with two threads, into recycled
-    aligned buffers that TF then shares.
+    after yielding it. Large unaligned arrays are copied once, by TF's intra-op threads while the
+    feeding thread waits without holding the GIL (see :mod:`inputpipe.input_source.realign`).
 
     Example::
 
@@ -97,6 +95,7 @@ class QueueInput(InputSource):
                 self.queue = self._make_queue(specs)
             self._check_queue(specs, shapes)
             self._enqueue_op = self.queue.enqueue(self._placeholders, name="enqueue")
+            self._realign = RealigningEnqueue(self.queue, self._placeholders)
             self._close_op = self.queue.close(cancel_pending_enqueues=False, name="close")
             self._cancel_op = self.queue.close(cancel_pending_enqueues=True, name="close_and_cancel")
             self._size_op = self.queue.size(name="size")
@@ -160,11 +159,14 @@ class QueueInput(InputSource):
                 thread.progress.wait(min(remaining, POLL_INTERVAL))
 
     # -- session -------------------------------------------------------------------------------
-    def _make_feed(self, staging: AlignedStaging, datapoint: Any) -> Dict[tf.Tensor, Any]:
-        """The feed dict of ``datapoint``. TF shares 64-byte aligned arrays and copies the others
-        while it enqueues them; large unaligned ones get that copy from ``staging`` instead
-        (recycled, mapped buffers and two threads: faster; see utils/buffers.py)."""
-        return {placeholder: staging.aligned(arr) for placeholder, arr in zip(self._placeholders, self._convert(datapoint))}
+    def _make_enqueue(self, datapoint: Any) -> Tuple[tf.Operation, Dict[tf.Tensor, Any]]:
+        """The enqueue op for ``datapoint`` and its feed dict: the plain one, whose aligned arrays
+        TF shares and whose others it copies while holding the GIL, or, when a large unaligned
+        array is part of it, the op that has TF copy it in parallel (see realign.py)."""
+        arrays = self._convert(datapoint)
+        if self._realign.needed(arrays):
+            return self._realign.enqueue_op, self._realign.feed(arrays)
+        return self._enqueue_op, dict(zip(self._placeholders, arrays))
 
     def _datapoints(self, should_stop: Callable[[], bool]) -> Iterator[Any]:
         """The datapoints to enqueue (run in the feeding thread)."""
@@ -177,10 +179,8 @@ class QueueInput(InputSource):
             self.reset_state()
         self._session = session
         self._claimed = 0
-        staging = AlignedStaging(ParallelCopier(name="{}-copy".format(self.name)))
-        self._thread = EnqueueThread(
-            self.name, session, coord, self._datapoints, functools.partial(self._make_feed, staging),
-            self._enqueue_op, self._close_op, self._cancel_op, self._set_failure, on_exit=staging.close)
+        self._thread = EnqueueThread(self.name, session, coord, self._datapoints, self._make_enqueue,
+                                     self._close_op, self._cancel_op, self._set_failure)
         if coord is not None:
             coord.register_thread(self._thread)
         self._thread.start()

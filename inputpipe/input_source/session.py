@@ -16,7 +16,6 @@ import tensorflow as tf
 
 from ..utils.logger import get_logger
 from .base import InputSource
-from .errors import InputSourceError
 
 __all__ = ["HookedSession", "hooked_session"]
 

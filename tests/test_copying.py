@@ -1,4 +1,4 @@
-"""ParallelCopier (large copies shared by threads) and AlignedStaging (recycled aligned copies)."""
+"""ParallelCopier: large copies shared by threads."""
 import threading
 import time
 
@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from inputpipe.utils import copying
-from inputpipe.utils.buffers import ALIGNMENT, AlignedStaging, is_aligned
 from inputpipe.utils.copying import ParallelCopier
 
 
@@ -93,50 +92,3 @@ def test_copier_rejects_zero_threads_and_defaults_to_at_most_two():
     with pytest.raises(ValueError, match="threads must be at least 1, got 0"):
         ParallelCopier(threads=0)
     assert 1 <= copying.default_copy_threads() <= 2
-
-
-def _unaligned(nbytes, fill):
-    raw = np.full(nbytes + ALIGNMENT, fill, np.uint8)
-    start = 16 + (-raw.ctypes.data) % ALIGNMENT               # 16 bytes past an aligned address
-    arr = raw[start:start + nbytes]
-    assert not is_aligned(arr)
-    return arr
-
-
-def test_staging_passes_through_what_tf_shares_or_copies_cheaply():
-    staging = AlignedStaging(ParallelCopier(name="test-copy"), min_bytes=1 << 20)
-    for arr in (np.arange(10.0), _unaligned((1 << 20) - 1, 1), np.arange(4 << 20, dtype=np.uint8)[::2]):
-        assert staging.aligned(arr) is arr                   # small; small; not contiguous
-    aligned = staging.aligned(_unaligned(2 << 20, 3))
-    assert staging.aligned(aligned) is aligned               # already aligned
-    assert staging.copies == 1
-    staging.close()
-
-
-def test_staging_copies_into_aligned_buffers_reused_only_when_nothing_refers_to_them():
-    staging = AlignedStaging(ParallelCopier(name="test-copy"), min_bytes=1 << 20)
-    first = staging.aligned(_unaligned(2 << 20, 1).view(np.float32).reshape(512, 1024))
-    assert is_aligned(first) and first.shape == (512, 1024) and first.dtype == np.float32
-    assert (first.view(np.uint8) == 1).all()
-    address = first.ctypes.data
-    tail = first[100:]                                       # a view keeps the memory in use
-    del first
-    second = staging.aligned(_unaligned(2 << 20, 2))
-    assert second.ctypes.data != address and (tail.view(np.uint8) == 1).all()
-    del tail
-    third = staging.aligned(_unaligned(2 << 20, 3))           # the first buffer is free again
-    assert third.ctypes.data == address and (third == 3).all() and (second == 2).all()
-    staging.close()
-
-
-def test_staging_reuses_the_most_recently_used_buffer_and_keeps_few_idle_ones():
-    staging = AlignedStaging(ParallelCopier(name="test-copy"), min_bytes=1 << 20, max_idle=2)
-    held = [staging.aligned(_unaligned(2 << 20, i)) for i in range(4)]
-    addresses = [arr.ctypes.data for arr in held]
-    assert len(set(addresses)) == 4
-    del held                                                 # four idle buffers; two are kept
-    again = staging.aligned(_unaligned(2 << 20, 9))
-    assert again.ctypes.data == addresses[3]                 # the last one used
-    assert len(staging._buffers) == 2
-    staging.close()
-    assert _copier_threads() == []
