@@ -13,9 +13,10 @@ QueueInput, StagingInput(QueueInput) and the peers ``tf.data.Dataset.from_genera
 ``prefetch`` and tensorpack 0.11's ``QueueInput`` (where it works; otherwise the reason is
 printed and recorded), ``--repeats`` times each. The machine may be shared, so each repeat
 also times the same batch of work alone in the main thread right before and after it ("D
-alone"); the main ratio is step / max(D alone, T). "D made" is how long a batch took in the
-thread that made it during the run (longer than D alone: contention for the GIL or the cores);
-step / max(D made, T) is what the input path adds on top of the data work itself. All ratios are
+alone"); the main ratio is step / max(D alone, T). "D made" is the mean time a batch took in
+the thread that made it during the run (longer than D alone: contention for the GIL or the
+cores); it is a mean like the step time, so a stall of the host counts in both. step / max(D
+made, T) is what the input path adds on top of the data work itself. All ratios are
 medians over the repeats (plus the best for the main one). Prints a table and writes benchmarks/results/overlap.json.
 
     python benchmarks/bench_overlap.py [--t-ms 100] [--steps 30] [--repeats 3]
@@ -132,7 +133,7 @@ def measure_source(make_source, units, t_ms, warmup, steps, settle):
         batch, = source.get_input_tensors()
         fetch = accelerator_step(batch, t_ms)
     with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
-        return time_steps(run, fetch, warmup, steps, settle), statistics.median(df.durations[warmup:])
+        return time_steps(run, fetch, warmup, steps, settle), statistics.mean(df.durations[warmup:])
 
 
 def measure_tf_data(units, t_ms, warmup, steps, settle):
@@ -146,7 +147,7 @@ def measure_tf_data(units, t_ms, warmup, steps, settle):
         fetch = accelerator_step(batch, t_ms)
     with tf.compat.v1.Session(graph=graph) as sess:
         sess.run(iterator.initializer)
-        return time_steps(sess.run, fetch, warmup, steps, settle), statistics.median(df.durations[warmup:])
+        return time_steps(sess.run, fetch, warmup, steps, settle), statistics.mean(df.durations[warmup:])
 
 
 def measure_tensorpack(units, t_ms, warmup, steps, settle):
@@ -156,7 +157,7 @@ def measure_tensorpack(units, t_ms, warmup, steps, settle):
         source, (batch,) = tensorpack_peer.tensorpack_queue_tensors(df, SPECS)
         fetch = accelerator_step(batch, t_ms)
     with tf.compat.v1.Session(graph=graph) as sess, tensorpack_peer.run_tensorpack_queue(source, sess):
-        return time_steps(sess.run, fetch, warmup, steps, settle), statistics.median(df.durations[warmup:])
+        return time_steps(sess.run, fetch, warmup, steps, settle), statistics.mean(df.durations[warmup:])
 
 
 TENSORPACK = "tensorpack 0.11 QueueInput (peer)"
