@@ -44,8 +44,9 @@ class StagingInput(InputSource):
     come from the wrapped source's producing op, fetched in the same run.
 
     With a finite wrapped source (``QueueInput(ds, infinite=False)``, ``BatchQueueInput``,
-    ``FeedInput``, ``TFDatasetInput`` of a finite dataset), every batch reaches a step exactly once and in order, then the step raises
-    ``tf.errors.OutOfRangeError`` (a clean stop in ``MonitoredTrainingSession``).
+    ``FeedInput``, ``TFDatasetInput`` of a finite dataset), every batch reaches a step exactly
+    once and in order, then the step raises ``tf.errors.OutOfRangeError`` (a clean stop in
+    ``MonitoredTrainingSession``).
 
     Note: whether a step consumes is decided from the fetches and feeds of the ``run`` call
     itself; a *different* hook fetching input-dependent tensors in a step whose own fetches do
