@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from inputpipe.dataflow.base import DataFlow
-from inputpipe.input_source import QueueInput, StagingInput, hooked_session
+from inputpipe.input_source import BatchQueueInput, QueueInput, StagingInput, hooked_session
 from inputpipe.utils.buffers import ALIGN_MIN_BYTES, ALIGNMENT, aligned_empty, is_aligned
 from inputpipe.input_source.signature import DatapointConverter
 
@@ -141,3 +141,22 @@ def test_large_unaligned_batches_are_copied_by_tf_and_stay_intact_while_queued()
     assert [int(r[1]) for r in results] == list(range(n))
     for i, (values, _) in enumerate(results):
         assert values.shape == shape and values.min() == i and values.max() == i
+
+
+def test_batch_queue_input_realigns_large_single_datapoints():
+    n, shape = 6, (320, 1024)                    # 1.25 MiB each, 16 bytes past an aligned address
+    source = BatchQueueInput(FreshBatches(n, shape, offset=4), batch_size=4, infinite=False)
+    graph = tf.Graph()
+    with graph.as_default():
+        source.setup([tf.TensorSpec((None,) + shape, tf.float32, "big"), tf.TensorSpec([None], tf.int32, "label")])
+        big, label = source.get_input_tensors()
+    with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
+        batches = [run([big, label]) for _ in range(2)]
+        with pytest.raises(tf.errors.OutOfRangeError):
+            run(label)
+        assert source._realign.realigned == n
+    assert [b[1].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5]]
+    for values, labels in batches:
+        assert values.shape == (len(labels),) + shape
+        for image, i in zip(values, labels):
+            assert image.min() == i and image.max() == i
