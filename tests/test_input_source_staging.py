@@ -182,3 +182,47 @@ def test_tf_dataset_cannot_feed_staged_and_unstaged_towers():
             staged = StagingInput(inner)
             staged.setup(SPECS)
             staged.get_input_tensors()
+
+
+class PeekLabel(tf.compat.v1.train.SessionRunHook):
+    """While ``active``, adds the label to every run: consumption StagingInput's own hook cannot
+    see when the run's own fetches do not depend on the inputs."""
+
+    def __init__(self, label):
+        self.label = label
+        self.active = False
+        self.seen = []
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self.label) if self.active else None
+
+    def after_run(self, run_context, run_values):
+        if self.active:
+            self.seen.append(int(run_values.results))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("nr_stage", [1, 2, 3])
+def test_batches_another_hook_takes_unseen_are_refilled_and_the_end_never_hangs(nr_stage):
+    source = StagingInput(QueueInput(Counting(12), infinite=False), nr_stage=nr_stage)
+    graph, (x, label) = build(source)
+    with graph.as_default():
+        unrelated = tf.constant(7)
+    peek = PeekLabel(label)
+
+    def unseen(runs):
+        peek.active = True
+        assert [run(unrelated) for _ in range(runs)] == [7] * runs
+        peek.active = False
+
+    with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source, peek) as run:
+        got = [int(run(label)) for _ in range(2)]
+        unseen(1)                                       # takes 2
+        got.append(int(run(label)))
+        assert sess.run(source._area_sizes) == [nr_stage]       # refilled after the step
+        unseen(nr_stage)                                # takes every staged batch: 4 .. 3 + nr_stage
+        got += _labels_until_out_of_range(run, label)
+        assert sess.run(source._area_sizes) == [0]
+    taken = list(range(2, 3)) + list(range(4, 4 + nr_stage))
+    assert peek.seen == taken
+    assert got == [i for i in range(12) if i not in taken]

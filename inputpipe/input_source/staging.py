@@ -50,9 +50,12 @@ class StagingInput(InputSource):
 
     Note: whether a step consumes is decided from the fetches and feeds of the ``run`` call
     itself; a *different* hook fetching input-dependent tensors in a step whose own fetches do
-    not depend on the inputs is not seen (the staged count would drop by one). After a step
-    that raised, the staged counts are re-read from the areas (one extra run); a batch whose
-    dequeue ran in a failed step is not retried.
+    not depend on the inputs takes a batch unseen. Every consuming step reads the areas' sizes
+    back and refills what such runs took (extra runs) and, once the data is ending, re-reads the
+    sizes before it unstages; but a run of that kind on an empty area (after the last batch, or
+    more of them in a row than ``nr_stage``) waits forever. After a step that raised, the staged
+    counts are re-read from the areas (one extra run); a batch whose dequeue ran in a failed
+    step is not retried.
 
     Example::
 
@@ -74,6 +77,8 @@ class StagingInput(InputSource):
         self._device = device
         self._areas: List[data_flow_ops.StagingArea] = []
         self._area_sizes: List[tf.Tensor] = []
+        self._sizes_after: List[Tuple[tf.Tensor, tf.Tensor]] = []   # per tower: after unstage, after both
+        self._session: Optional[tf.compat.v1.Session] = None
         self._staged: List[int] = []                  # real batches staged per tower (Python's count)
         self._fillers: List[int] = []                 # filler elements staged per tower after the end
         self._real_at: List[Optional[int]] = []       # per tower: index of Tower.real in its run_ops
@@ -120,6 +125,11 @@ class StagingInput(InputSource):
             stage_op = area.put(inner_tensors, name="stage")
             outputs = tf.nest.flatten(area.get(name="unstage"))
             self._area_sizes.append(area.size(name="staged"))
+            with tf.control_dependencies(outputs):
+                after_unstage = area.size(name="staged_after_unstage")
+            with tf.control_dependencies(outputs + [stage_op]):
+                after_restage = area.size(name="staged_after_restage")
+            self._sizes_after.append((after_unstage, after_restage))
         self._areas.append(area)
         real = [] if inner.real is None else [inner.real]
         self._real_at.append(1 if real else None)
@@ -138,21 +148,33 @@ class StagingInput(InputSource):
 
     def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
         """Prefill: stage up to ``nr_stage`` batches in every tower's area (fewer if the data ends)."""
+        self._session = session
         self._staged = [0] * len(self._towers)
         self._fillers = [0] * len(self._towers)
         self._ended = False
         self._planned = []
-        for index, tower in enumerate(self._towers):
-            for _ in range(self.nr_stage):
-                if not self._claim():
-                    break
+        self._fill(range(len(self._towers)))
+
+    def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
+        self._session = None
+
+    def _fill(self, towers: Any) -> None:
+        """Stage batches in ``towers`` until each holds ``nr_stage`` or the data ends (one run per batch)."""
+        for index in towers:
+            tower = self._towers[index]
+            while self._staged[index] < self.nr_stage and self._claim():
                 feeds = tower.feed_fn() if tower.feed_fn is not None else None
                 try:
-                    results = session.run(tower.run_ops, feed_dict=feeds)
+                    results = self._session.run(tower.run_ops, feed_dict=feeds)
                 except tf.errors.OpError:
                     self.raise_if_failed()
                     raise
                 self._count_restage(index, results, self._real_at[index])
+
+    def _resync(self, session: tf.compat.v1.Session) -> None:
+        """Set the staged counts from the areas themselves (one run)."""
+        sizes = session.run(self._area_sizes)
+        self._staged = [max(int(n) - fillers, 0) for n, fillers in zip(sizes, self._fillers)]
 
     def _count_restage(self, tower: int, run_results: List[Any], real_at: Optional[int]) -> None:
         """Count the batch a run of ``tower``'s stage op staged: a real one, or filler (the end)."""
@@ -163,7 +185,14 @@ class StagingInput(InputSource):
             self._ended = True
 
     def _step_plan(self, indices: List[int]) -> List[Tuple[List[Any], Dict[str, tf.Tensor], Any]]:
-        """Unstage in every consuming tower; restage where the wrapped source claimed a batch."""
+        """Unstage in every consuming tower; restage where the wrapped source claimed a batch.
+
+        When a tower holds fewer than ``nr_stage`` batches (the data is ending), its count is
+        first re-read from the area (one extra run), in case another run took a batch unseen
+        since, so the step never unstages from an empty area."""
+        if any(self._staged[i] < self.nr_stage for i in indices):
+            self._resync(self._session)
+            self._fill(indices)
         empty = [i for i in indices if self._staged[i] == 0]
         if empty:
             self.raise_if_failed()
@@ -173,24 +202,30 @@ class StagingInput(InputSource):
         offset = 0                              # where this tower's run_ops start in the step's results
         for i in indices:
             tower = self._towers[i]
+            after_unstage, after_restage = self._sizes_after[i]
             restage = self._claim()
             real_at = None if self._real_at[i] is None else offset + self._real_at[i]
-            self._planned.append((i, restage, real_at))
             if restage:
-                plans.append((tower.run_ops, tower.stat_tensors, tower.feed_fn))
-                offset += len(tower.run_ops)
+                ops = tower.run_ops + [after_restage]
+                plans.append((ops, tower.stat_tensors, tower.feed_fn))
             else:
-                plans.append(([], {}, None))
+                ops = [after_unstage]
+                plans.append((ops, {}, None))
+            self._planned.append((i, restage, real_at, offset + len(ops) - 1))
+            offset += len(ops)
         return plans
 
     def _step_done(self, run_results: List[Any]) -> None:
-        for i, restage, real_at in self._planned:
-            self._staged[i] -= 1
+        """Take the staged counts from the sizes the step read back; refill a tower that holds
+        fewer than ``nr_stage`` (another run took a batch unseen) while the data lasts."""
+        for i, restage, real_at, size_at in self._planned:
             if restage:
-                self._count_restage(i, run_results, real_at)
+                self._count_restage(i, run_results, real_at)          # notes a filler: the data ended
+            self._staged[i] = max(int(run_results[size_at]) - self._fillers[i], 0)
+        towers = [i for i, _, _, _ in self._planned]
         self._planned = []
+        self._fill(towers)
 
     def _step_failed(self, session: tf.compat.v1.Session) -> None:
         self._planned = []
-        sizes = session.run(self._area_sizes)
-        self._staged = [max(int(n) - fillers, 0) for n, fillers in zip(sizes, self._fillers)]
+        self._resync(session)
