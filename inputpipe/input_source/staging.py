@@ -24,7 +24,7 @@ Example::
         x, y = source.get_input_tensors()
 """
 import contextlib
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import tensorflow as tf
 from tensorflow.python.ops import data_flow_ops
@@ -158,7 +158,7 @@ class StagingInput(InputSource):
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
         self._session = None
 
-    def _fill(self, towers: Any) -> None:
+    def _fill(self, towers: Iterable[int]) -> None:
         """Stage batches in ``towers`` until each holds ``nr_stage`` or the data ends (one run per batch)."""
         for index in towers:
             tower = self._towers[index]
