@@ -19,6 +19,9 @@ TEST_REQUIRES = [
     "psutil>=5.9",
     "pillow>=9",
     "lmdb>=1.3",
+    "h5py>=3",
+    "opencv-python-headless>=4.5",
+    "hypothesis>=6",
     "sphinx>=7",
     "myst-parser>=2",
 ]
@@ -43,7 +46,8 @@ setup(
         "tf": ["tensorflow>=2.12"],
         "tf-cpu": ["tensorflow-cpu>=2.12"],
         "lmdb": ["lmdb>=1.3"],
-        "image": ["pillow>=9"],
+        "image": ["opencv-python-headless>=4.5", "pillow>=9"],
+        "hdf5": ["h5py>=3"],
         "docs": ["sphinx>=7", "myst-parser>=2"],
         "test": TEST_REQUIRES,
         # Peers measured by benchmarks/ in the same run. torch 2.13.0 is pinned so that

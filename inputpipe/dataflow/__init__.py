@@ -17,3 +17,6 @@ from .parallel import *  # noqa: F401,F403
 from .parallel_map import *  # noqa: F401,F403
 from .remote import *  # noqa: F401,F403
 from .serialize import *  # noqa: F401,F403
+from .format import *  # noqa: F401,F403
+from .image import *  # noqa: F401,F403
+from . import imgaug, dataset  # noqa: F401  (tensorpack: ``from tensorpack.dataflow import imgaug, dataset``)

@@ -1,0 +1,1 @@
+"""Readers of standard on-disk datasets (tensorpack's ``dataflow.dataset``), being written."""

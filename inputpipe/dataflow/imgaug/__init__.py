@@ -1,0 +1,23 @@
+"""Image augmentation with tensorpack's augmentors and transforms (OpenCV-based, the ``image`` extra).
+
+Importing this package needs neither OpenCV nor TensorFlow; an augmentor that needs OpenCV says
+how to install it (``pip install "inputpipe[image]"``) when it is built without it.
+
+Example::
+
+    from inputpipe.dataflow import imgaug
+    augs = imgaug.AugmentorList([imgaug.ResizeShortestEdge(256), imgaug.CenterCrop(224), imgaug.Flip(horiz=True)])
+    out = augs.augment(img)
+"""
+from .base import *  # noqa: F401,F403
+from .transform import *  # noqa: F401,F403
+from .meta import *  # noqa: F401,F403
+from .misc import *  # noqa: F401,F403
+from .crop import *  # noqa: F401,F403
+from .paste import *  # noqa: F401,F403
+from .geometry import *  # noqa: F401,F403
+from .deform import *  # noqa: F401,F403
+from .imgproc import *  # noqa: F401,F403
+from .noise import *  # noqa: F401,F403
+from .convert import *  # noqa: F401,F403
+from .external import *  # noqa: F401,F403
