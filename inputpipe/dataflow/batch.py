@@ -1,0 +1,290 @@
+"""Batching: BatchData stacks consecutive datapoints, BatchDataByShape groups them by shape first.
+
+Example::
+
+    from inputpipe.dataflow import BatchData, DataFromList
+    df = BatchData(DataFromList([[i, float(i)] for i in range(10)], shuffle=False), 4)
+    df.reset_state()
+    assert [b[0].tolist() for b in df] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+"""
+import itertools
+import operator
+from typing import Any, Dict, Hashable, Iterator, List, Sequence, Union
+
+import numpy as np
+
+from ..utils.buffers import ALIGN_MIN_BYTES, aligned_empty
+from ._helpers import check_positive_int, length_of
+from .base import DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, get_length
+
+__all__ = ["BatchData", "BatchDataByShape"]
+
+_LIST_AND_TUPLE = frozenset((list, tuple))
+_PYTHON_NUMBER_DTYPES = (np.dtype(bool), np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.complex128))
+
+
+def _describe_value(value: Any) -> str:
+    """A short description of one component value for error messages."""
+    if isinstance(value, np.ndarray):
+        return "a numpy array of shape {} and dtype {}".format(value.shape, value.dtype)
+    if isinstance(value, np.generic):
+        return "a numpy {} scalar".format(value.dtype)
+    if isinstance(value, int) and not isinstance(value, bool) and not -2 ** 63 <= value < 2 ** 63:
+        return "the python int {} (outside int64)".format(value)
+    return "a python {}".format(type(value).__name__)
+
+
+def _mismatch(key: Hashable, values: Sequence[Any], bad: int) -> ValueError:
+    return ValueError("BatchData: cannot batch component {!r}: datapoint {} of the batch has {} but "
+                      "datapoint 0 has {}".format(key, bad, _describe_value(values[bad]),
+                                                   _describe_value(values[0])))
+
+
+_get_dtype = operator.attrgetter("dtype")
+
+
+def _stack(values: Sequence[Any], first: Any) -> np.ndarray:
+    """Stack same-shape values; a large batch goes into 64-byte aligned memory, which TensorFlow's
+    feed path shares instead of copying (see :mod:`inputpipe.utils.buffers`)."""
+    if isinstance(first, np.ndarray) and first.nbytes * len(values) >= ALIGN_MIN_BYTES:
+        return np.stack(values, out=aligned_empty((len(values),) + first.shape, first.dtype))
+    return np.asarray(values)
+
+
+def _batch_numpy(values: Sequence[Any], key: Hashable) -> np.ndarray:
+    """Stack numpy arrays / numpy scalars that all have the first one's dtype and shape."""
+    first = values[0]
+    try:
+        same_dtype = list(map(_get_dtype, values)).count(first.dtype) == len(values)
+        batch = _stack(values, first) if same_dtype else None
+    except (AttributeError, ValueError, TypeError):
+        batch = None
+    if batch is None or batch.shape[1:] != first.shape:
+        for i, value in enumerate(values):
+            if not isinstance(value, (np.ndarray, np.generic)) or value.dtype != first.dtype \
+                    or value.shape != first.shape:
+                raise _mismatch(key, values, i)
+        batch = np.asarray(values)
+    return batch
+
+
+def _is_number(value: Any, allow_numpy: bool) -> bool:
+    """A python bool/int/float/complex (an int within int64), or with ``allow_numpy`` a numpy one."""
+    if isinstance(value, np.generic):
+        return allow_numpy and isinstance(value, (np.number, np.bool_))
+    if not isinstance(value, (bool, int, float, complex)):
+        return False
+    return not isinstance(value, int) or -2 ** 63 <= value < 2 ** 63
+
+
+def _is_inexact(value: Any) -> bool:
+    return isinstance(value, (float, complex, np.inexact))
+
+
+def _integers_as_int64(values: Sequence[Any], key: Hashable) -> np.ndarray:
+    """An int64 batch of integer values (python, numpy signed or unsigned), without rounding;
+    a value outside int64 is an error naming the component and the datapoint."""
+    for i, value in enumerate(values):
+        if not -2 ** 63 <= int(value) < 2 ** 63:
+            raise ValueError("BatchData: cannot batch component {!r}: datapoint {} of the batch has the "
+                             "{} value {}, outside int64, and datapoint 0 has {}; a column of "
+                             "integers is batched as int64 (give every datapoint a np.uint64 to keep "
+                             "such values)".format(key, i, type(value).__name__, int(value),
+                                                  _describe_value(values[0])))
+    return np.array([int(value) for value in values], dtype=np.int64)
+
+
+def _batch_python(values: Sequence[Any], key: Hashable) -> np.ndarray:
+    """Batch python scalars: bools -> bool; ints (with bools) -> int64; with a float -> float64;
+    with a complex -> complex128; str -> numpy str; bytes -> object array (keeps every byte)."""
+    first = values[0]
+    if isinstance(first, (str, bytes)):
+        kind = str if isinstance(first, str) else bytes
+        for i, value in enumerate(values):
+            if not isinstance(value, kind):
+                raise _mismatch(key, values, i)
+        if kind is str:
+            return np.asarray(values)
+        batch = np.empty(len(values), dtype=object)
+        batch[:] = values
+        return batch
+    try:
+        batch = np.asarray(values)
+    except (ValueError, TypeError, OverflowError):
+        batch = None
+    if batch is not None and batch.ndim == 1 and batch.dtype in _PYTHON_NUMBER_DTYPES:
+        if batch.dtype.kind in "fc" and not any(map(_is_inexact, values)):
+            # Only integers, yet numpy chose float: a numpy uint64 among signed ints. Keep the
+            # documented int64 of an integer column, exactly, or refuse.
+            return _integers_as_int64(values, key)
+        return batch
+    # The culprit is a value that is no number at all or, failing that, a numpy scalar that does not
+    # combine into those dtypes (numpy makes them from any mix of python numbers within int64).
+    bad = next((i for i, v in enumerate(values) if not _is_number(v, allow_numpy=True)), None)
+    if bad is None:
+        bad = next(i for i, v in enumerate(values) if not _is_number(v, allow_numpy=False))
+    raise _mismatch(key, values, bad)
+
+
+def _batch_component(values: Sequence[Any], key: Hashable) -> np.ndarray:
+    first = values[0]
+    if isinstance(first, (np.ndarray, np.generic)):
+        return _batch_numpy(values, key)
+    if isinstance(first, (bool, int, float, complex, str, bytes)):
+        return _batch_python(values, key)
+    raise TypeError("BatchData: cannot batch component {!r}: datapoint 0 of the batch has {}, which "
+                    "is not a numpy array or a python scalar; convert it to a numpy array first, or "
+                    "use use_list=True".format(key, _describe_value(first)))
+
+
+def _aggregate(holder: List[Any], use_list: bool) -> Union[List[Any], Dict[Any, Any]]:
+    first = holder[0]
+    if isinstance(first, dict):
+        keys = first.keys()
+        for i, dp in enumerate(holder):
+            if not isinstance(dp, dict) or dp.keys() != keys:
+                raise ValueError("BatchData: datapoint {} of the batch has {} but datapoint 0 has "
+                                 "{}".format(i, _keys_of(dp), _keys_of(first)))
+        if use_list:
+            return {key: [dp[key] for dp in holder] for key in keys}
+        return {key: _batch_component([dp[key] for dp in holder], key) for key in keys}
+    if not isinstance(first, (list, tuple)):
+        raise TypeError("BatchData: a datapoint must be a list, tuple or dict, got {} "
+                        "(datapoint 0 of the batch)".format(type(first).__name__))
+    size = len(first)
+    types = set(map(type, holder))
+    sequences = types <= _LIST_AND_TUPLE or all(issubclass(t, (list, tuple)) for t in types)
+    if not sequences or len(set(map(len, holder))) != 1:
+        for i, dp in enumerate(holder):
+            if not isinstance(dp, (list, tuple)) or len(dp) != size:
+                raise ValueError("BatchData: datapoint {} of the batch has {} but datapoint 0 has {} "
+                                 "components".format(i, _components_of(dp), size))
+    columns = zip(*holder)
+    if use_list:
+        return [list(column) for column in columns]
+    return [_batch_component(column, k) for k, column in enumerate(columns)]
+
+
+def _keys_of(dp: Any) -> str:
+    if isinstance(dp, dict):
+        return "keys [{}]".format(", ".join(sorted(map(repr, dp.keys()))))
+    return "no keys (it is a {})".format(type(dp).__name__)
+
+
+def _components_of(dp: Any) -> str:
+    if isinstance(dp, (list, tuple)):
+        return "{} components".format(len(dp))
+    return "no components list (it is a {})".format(type(dp).__name__)
+
+
+class BatchData(ProxyDataFlow):
+    """Stack ``batch_size`` consecutive datapoints into one: each component gets a new first axis.
+
+    Datapoints are lists/tuples (batched into a list) or dicts (batched into a dict with the same
+    keys). With ``use_list=True`` each component of the batch is the plain list of the values.
+    Otherwise each component becomes one numpy array, by these rules:
+
+    - numpy arrays and numpy scalars: every datapoint must have exactly the dtype and shape of the
+      first one in the batch; the batch has that dtype (nothing is cast).
+    - python scalars: bools give ``bool``; ints (with bools) give ``int64``; with any float
+      ``float64``; with any complex ``complex128``; an int outside int64 is an error (numpy
+      scalars among them are accepted when the result is still one of these dtypes; numpy
+      integers among python ints, ``uint64`` included, give ``int64`` when every value fits and
+      an error otherwise, never a rounded ``float64``).
+    - ``str`` gives a numpy ``str_`` array; ``bytes`` gives an ``object`` array of the bytes.
+
+    Anything else, or a mismatch, raises a ValueError (TypeError for an unsupported type) that
+    names the component (index or key), the datapoint's index in the batch, and both shapes and
+    dtypes. With ``remainder=True`` the last, smaller batch of an epoch is produced too;
+    otherwise it is dropped. The input may have no length (then neither has the BatchData).
+
+    Example::
+
+        df = BatchData(DataFromList([[np.zeros(3, "float32"), i] for i in range(10)]), 4)
+        df.reset_state()
+        images, labels = next(iter(df))      # float32 (4, 3), int64 (4,)
+    """
+
+    def __init__(self, ds: DataFlow, batch_size: int, remainder: bool = False, use_list: bool = False):
+        super().__init__(ds)
+        self.batch_size = check_positive_int(type(self).__name__, "batch_size", batch_size)
+        self.remainder = remainder
+        self.use_list = use_list
+        if not remainder:
+            size = get_length(ds)
+            if size is not None and self.batch_size > size:
+                raise ValueError("{}: batch_size={} is larger than the length of its input ({}), so "
+                                 "it would produce no batch; use remainder=True or a smaller "
+                                 "batch_size".format(type(self).__name__, self.batch_size, size))
+
+    def __len__(self) -> int:
+        size = length_of(self, self.ds)
+        batches, rest = divmod(size, self.batch_size)
+        return batches + int(bool(rest) and self.remainder)
+
+    def __iter__(self) -> Iterator[Any]:
+        itr = iter(self.ds)
+        batch_size, use_list = self.batch_size, self.use_list
+        while True:
+            holder = list(itertools.islice(itr, batch_size))
+            if len(holder) < batch_size:
+                if holder and self.remainder:
+                    yield _aggregate(holder, use_list)
+                return
+            yield _aggregate(holder, use_list)
+            # drop the batched datapoints now, not once the next batch is complete: a parallel
+            # DataFlow's shared memory behind them is then free while the next batch is collected
+            del holder
+
+    @staticmethod
+    def aggregate_batch(data_holder: List[Any], use_list: bool = False) -> Union[List[Any], Dict[Any, Any]]:
+        """Batch a list of datapoints (lists or dicts) into one, by the rules of :class:`BatchData`.
+
+        Example::
+
+            batch = BatchData.aggregate_batch([[1, 2.0], [3, 4.0]])   # [int64 [1, 3], float64 [2., 4.]]
+        """
+        if not data_holder:
+            raise ValueError("BatchData.aggregate_batch: got no datapoints")
+        return _aggregate(list(data_holder), use_list)
+
+
+class BatchDataByShape(BatchData):
+    """Batch together datapoints whose component ``idx`` has the same shape.
+
+    Datapoints are grouped by ``dp[idx].shape``; a group is produced as a batch (by the rules of
+    :class:`BatchData`) as soon as it has ``batch_size`` datapoints. Groups that are not full at
+    the end of an epoch are kept and continue in the next epoch (until ``reset_state()``), so this
+    flow is not re-entrant and has no length.
+
+    Example::
+
+        df = BatchDataByShape(images_of_various_sizes, 8, idx=0)
+    """
+
+    def __init__(self, ds: DataFlow, batch_size: int, idx: Hashable):
+        super().__init__(ds, batch_size)
+        self.idx = idx
+        self._groups: Dict[Any, List[Any]] = {}
+        self._guard = DataFlowReentrantGuard("BatchDataByShape")
+
+    def reset_state(self) -> None:
+        super().reset_state()
+        self._groups = {}
+
+    def __len__(self) -> int:
+        raise DataFlowLengthUnknown("BatchDataByShape has no length: it depends on the shapes")
+
+    def __iter__(self) -> Iterator[Any]:
+        with self._guard:
+            groups, idx, batch_size = self._groups, self.idx, self.batch_size
+            for dp in self.ds:
+                shape = np.shape(dp[idx])
+                group = groups.setdefault(shape, [])
+                group.append(dp)
+                if len(group) == batch_size:
+                    # Taken out of the groups before it is batched and yielded: a consumer that
+                    # stops at this batch, or a batching error, must not leave a full group behind
+                    # (it would never reach batch_size again and would grow without bound).
+                    del groups[shape]
+                    yield _aggregate(group, self.use_list)

@@ -1,0 +1,209 @@
+"""Combining several DataFlows: concatenate, join side by side, mix or choose at random.
+
+Example::
+
+    from inputpipe.dataflow import ConcatData, DataFromList
+    df = ConcatData([DataFromList([[0]], shuffle=False), DataFromList([[1]], shuffle=False)])
+    df.reset_state()
+    assert list(df) == [[0], [1]]
+"""
+import itertools
+from typing import Any, Iterator, List, Sequence
+
+import numpy as np
+
+from ..utils.logger import get_logger
+from ._helpers import END, close_iterators, length_of
+from .base import DataFlow, DataFlowLengthUnknown, RNGDataFlow, get_length, require_rng
+
+__all__ = ["RandomChooseData", "RandomMixData", "ConcatData", "JoinData"]
+
+logger = get_logger(__name__)
+
+def _check_flows(owner: str, df_lists: Sequence[Any]) -> List[Any]:
+    flows = list(df_lists)
+    if not flows:
+        raise ValueError("{}: needs at least one DataFlow, got none".format(owner))
+    return flows
+
+
+class RandomChooseData(RNGDataFlow):
+    """Each datapoint comes from one of several flows, chosen at random; stops when the chosen
+    flow is exhausted.
+
+    ``df_lists`` is a list of DataFlows (chosen with equal probability) or of
+    ``(DataFlow, probability)`` pairs whose probabilities sum to 1. No length.
+
+    Example::
+
+        df = RandomChooseData([(DataFromList(a), 0.8), (DataFromList(b), 0.2)])
+    """
+
+    def __init__(self, df_lists: Sequence[Any]):
+        super().__init__()
+        entries = _check_flows("RandomChooseData", df_lists)
+        pairs = [isinstance(e, (list, tuple)) for e in entries]
+        if any(pairs) and not all(pairs):
+            raise ValueError("RandomChooseData: give either DataFlows or (DataFlow, probability) "
+                             "pairs, not a mix of both")
+        if all(pairs):
+            self.df_lists = [(df, float(prob)) for df, prob in entries]
+            total = sum(prob for _, prob in self.df_lists)
+            if abs(total - 1.0) > 1e-6 or any(prob < 0 for _, prob in self.df_lists):
+                raise ValueError("RandomChooseData: probabilities must be >= 0 and sum to 1, got {}"
+                                 .format([prob for _, prob in self.df_lists]))
+        else:
+            self.df_lists = [(df, 1.0 / len(entries)) for df in entries]
+
+    def reset_state(self) -> None:
+        super().reset_state()
+        for df, _ in self.df_lists:
+            df.reset_state()
+
+    def __len__(self) -> int:
+        raise DataFlowLengthUnknown("RandomChooseData has no length: it stops at a random point")
+
+    def __iter__(self) -> Iterator[Any]:
+        rng = require_rng(self)
+        iterators = [iter(df) for df, _ in self.df_lists]
+        probs = np.array([prob for _, prob in self.df_lists])
+        probs /= probs.sum()  # accepted within 1e-6 of 1; numpy's choice() needs ~1e-8
+        try:
+            while True:
+                for k in rng.choice(len(iterators), size=256, p=probs).tolist():
+                    dp = next(iterators[k], END)
+                    if dp is END:
+                        return
+                    yield dp
+        finally:
+            close_iterators(iterators)
+
+
+class RandomMixData(RNGDataFlow):
+    """All datapoints of several flows, interleaved in a random order (each flow keeps its own
+    order); the length is the sum of the inputs' lengths, which every input must have.
+
+    An input that produces fewer or more datapoints than its length is an error.
+
+    Example::
+
+        df = RandomMixData([DataFromList(a), DataFromList(b)])   # len(a) + len(b) datapoints
+    """
+
+    def __init__(self, df_lists: Sequence[DataFlow]):
+        super().__init__()
+        self.df_lists = _check_flows("RandomMixData", df_lists)
+        self._sizes()
+
+    def _sizes(self) -> List[int]:
+        return [length_of(self, df, "its input {} ({})".format(k, type(df).__name__))
+                for k, df in enumerate(self.df_lists)]
+
+    def reset_state(self) -> None:
+        super().reset_state()
+        for df in self.df_lists:
+            df.reset_state()
+
+    def __len__(self) -> int:
+        return sum(self._sizes())
+
+    def __iter__(self) -> Iterator[Any]:
+        sizes = self._sizes()
+        order = np.repeat(np.arange(len(sizes)), sizes)
+        require_rng(self).shuffle(order)
+        iterators = [iter(df) for df in self.df_lists]
+        produced = [0] * len(sizes)
+        try:
+            for k in order.tolist():
+                dp = next(iterators[k], END)
+                if dp is END:
+                    raise RuntimeError("RandomMixData: input {} ({}) produced {} datapoints but its "
+                                       "length is {}".format(k, type(self.df_lists[k]).__name__,
+                                                             produced[k], sizes[k]))
+                produced[k] += 1
+                yield dp
+            for k, itr in enumerate(iterators):
+                if next(itr, END) is not END:
+                    raise RuntimeError("RandomMixData: input {} ({}) produced more datapoints than "
+                                       "its length {}".format(k, type(self.df_lists[k]).__name__, sizes[k]))
+        finally:
+            close_iterators(iterators)
+
+
+class ConcatData(DataFlow):
+    """All datapoints of the first flow, then of the second, and so on.
+
+    Example::
+
+        df = ConcatData([DataFromList([[0]], shuffle=False), DataFromList([[1]], shuffle=False)])
+        df.reset_state()
+        assert list(df) == [[0], [1]]
+    """
+
+    def __init__(self, df_lists: Sequence[DataFlow]):
+        self.df_lists = _check_flows("ConcatData", df_lists)
+
+    def reset_state(self) -> None:
+        for df in self.df_lists:
+            df.reset_state()
+
+    def __len__(self) -> int:
+        return sum(length_of(self, df, "its input {} ({})".format(k, type(df).__name__))
+                   for k, df in enumerate(self.df_lists))
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.chain.from_iterable(self.df_lists)
+
+
+class JoinData(DataFlow):
+    """Iterate several flows together and join their datapoints into one: lists/tuples are
+    concatenated, dicts are merged (a key in two inputs is an error). Stops when the shortest
+    input is exhausted; the length is the smallest input length.
+
+    Example::
+
+        df = JoinData([DataFromList([[1, 2]], shuffle=False), DataFromList([[3]], shuffle=False)])
+        df.reset_state()
+        assert list(df) == [[1, 2, 3]]
+    """
+
+    def __init__(self, df_lists: Sequence[DataFlow]):
+        self.df_lists = _check_flows("JoinData", df_lists)
+        sizes = [get_length(df) for df in self.df_lists]
+        if len({s for s in sizes if s is not None}) > 1:
+            logger.warning("JoinData: the inputs have different lengths %s; it stops at the shortest", sizes)
+
+    def reset_state(self) -> None:
+        for df in self.df_lists:
+            df.reset_state()
+
+    def __len__(self) -> int:
+        return min(length_of(self, df, "its input {} ({})".format(k, type(df).__name__))
+                   for k, df in enumerate(self.df_lists))
+
+    def __iter__(self) -> Iterator[Any]:
+        iterators = [iter(df) for df in self.df_lists]
+        try:
+            for parts in zip(*iterators):
+                yield self._join(parts)
+        finally:
+            close_iterators(iterators)
+
+    @staticmethod
+    def _join(parts: Sequence[Any]) -> Any:
+        if all(isinstance(p, dict) for p in parts):
+            joined = {}
+            for k, part in enumerate(parts):
+                for key in part:
+                    if key in joined:
+                        raise ValueError("JoinData: key {!r} of input {} is also produced by an earlier "
+                                         "input".format(key, k))
+                joined.update(part)
+            return joined
+        first_is_dict = isinstance(parts[0], dict)
+        for k, part in enumerate(parts):
+            if isinstance(part, dict) != first_is_dict or not isinstance(part, (dict, list, tuple)):
+                raise ValueError("JoinData: input {} produced a {} but input 0 produced a {}; all inputs "
+                                 "must produce lists/tuples, or all dicts".format(
+                                     k, type(part).__name__, type(parts[0]).__name__))
+        return list(itertools.chain.from_iterable(parts))
