@@ -4,10 +4,17 @@ Build (warnings are errors, as in tests/test_docs.py)::
 
     sphinx-build -W -b html docs docs/_build/html
 """
+import importlib
+import inspect
 import os
 import pkgutil
 import sys
 from pathlib import Path
+
+from docutils import nodes
+from docutils.parsers.rst import Directive
+from docutils.statemachine import StringList
+from sphinx.util.nodes import nested_parse_with_titles
 
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent))
@@ -20,7 +27,7 @@ author = "the inputpipe authors"
 copyright = "the inputpipe authors"
 version = release = __version__
 
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.intersphinx"]
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
@@ -30,10 +37,22 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
 autodoc_member_order = "bysource"
-autodoc_typehints = "description"
+autodoc_typehints = "signature"
+autodoc_typehints_format = "short"
 autodoc_default_options = {"members": True, "show-inheritance": True}
 
-html_theme = "alabaster"
+# Cross-references to Python, numpy and TensorFlow. The docs build offline (tests and CI have no
+# network), so only inventories found on disk are used: put objects.inv files in docs/_inventories/
+# (python.inv, numpy.inv, tensorflow.inv) to resolve those links; without them the names show as
+# plain code, and no warning is raised.
+_INVENTORIES = DOCS / "_inventories"
+_TARGETS = {"python": "https://docs.python.org/3", "numpy": "https://numpy.org/doc/stable",
+            "tensorflow": "https://www.tensorflow.org/api_docs/python"}
+intersphinx_mapping = {name: (url, str(_INVENTORIES / (name + ".inv")))
+                       for name, url in _TARGETS.items() if (_INVENTORIES / (name + ".inv")).is_file()}
+intersphinx_disabled_reftypes = ["*"]
+
+html_theme = "furo"
 html_title = "inputpipe {}".format(release)
 
 # The tutorial pages are written by several people; index.md lists every top-level page that
@@ -55,25 +74,64 @@ def _fill_tutorial_toctree(app, docname, source):
         source[0] = source[0].replace(TUTORIALS_MARKER, "\n".join(tutorial_pages()))
 
 
-# Each page docs/api/<subpackage>.md documents inputpipe.<subpackage>: its modules get a section
-# with a title there; a module added later without one is appended under "Other modules", so the
-# reference never silently misses a module.
+# Each page docs/api/<subpackage>.md documents inputpipe.<subpackage> (a dotted page name such as
+# api/dataflow.imgaug documents inputpipe.dataflow.imgaug): its modules get a section with a title
+# there; a module added later without one is appended under "Other modules", so the reference
+# never silently misses a module.
 def modules_of(subpackage):
-    path = DOCS.parent / "inputpipe" / subpackage
+    path = DOCS.parent / "inputpipe" / Path(*subpackage.split("."))
     return ["inputpipe.{}.{}".format(subpackage, info.name)
             for info in pkgutil.iter_modules([str(path)]) if not info.name.startswith("_")]
+
+
+def _documents(source, module):
+    return any(marker.format(module) in source
+               for marker in (".. automodule:: {}\n", ".. public-names:: {}\n", ".. public-names:: {} "))
 
 
 def _append_undocumented_modules(app, docname, source):
     if not docname.startswith("api/") or docname == "api/index":
         return
     subpackage = docname[len("api/"):]
-    missing = [m for m in modules_of(subpackage) if ".. automodule:: {}\n".format(m) not in source[0]]
+    missing = [m for m in modules_of(subpackage) if not _documents(source[0], m)]
     if missing:
         parts = ["", "## Other modules", ""]
         for module in missing:
-            parts += ["```{eval-rst}", ".. automodule:: " + module, "```", ""]
+            parts += ["```{eval-rst}", ".. public-names:: " + module, "```", ""]
         source[0] = source[0].rstrip("\n") + "\n" + "\n".join(parts)
+
+
+class PublicNames(Directive):
+    """``.. public-names:: inputpipe.dataflow.batch``: the module's docstring, then every name in its
+    ``__all__`` documented under the public package that re-exports it (``inputpipe.dataflow.BatchData``,
+    not ``inputpipe.dataflow.batch.BatchData``). Names the package does not re-export stay under the
+    module's own path."""
+
+    required_arguments = 1
+
+    def run(self):
+        module_name = self.arguments[0]
+        module = importlib.import_module(module_name)
+        package_name = module_name.rsplit(".", 1)[0]
+        package = importlib.import_module(package_name)
+        lines = [".. automodule:: {}".format(module_name), "   :no-members:", ""]
+        for name in getattr(module, "__all__", []):
+            obj = getattr(module, name)
+            path = "{}.{}".format(package_name if getattr(package, name, None) is obj else module_name, name)
+            if inspect.isclass(obj):
+                if obj.__name__ != name:  # an alias kept for tensorpack code
+                    lines += [".. py:data:: {}".format(path), "",
+                              "   Alias of :class:`{}.{}` (tensorpack's name).".format(package_name, obj.__name__), ""]
+                    continue
+                lines += [".. autoclass:: {}".format(path), ""]
+            elif inspect.isfunction(obj) or inspect.isbuiltin(obj):
+                lines += [".. autofunction:: {}".format(path), ""]
+            else:
+                lines += [".. autodata:: {}".format(path), "   :no-value:", ""]
+        content = StringList(lines, source=module_name)
+        holder = nodes.container()
+        nested_parse_with_titles(self.state, content, holder)
+        return holder.children
 
 
 def _always_reread_generated(app, env, added, changed, removed):
@@ -82,6 +140,7 @@ def _always_reread_generated(app, env, added, changed, removed):
 
 
 def setup(app):
+    app.add_directive("public-names", PublicNames)
     app.connect("env-get-outdated", _always_reread_generated)
     app.connect("source-read", _fill_tutorial_toctree)
     app.connect("source-read", _append_undocumented_modules)

@@ -19,4 +19,20 @@ from .remote import *  # noqa: F401,F403
 from .serialize import *  # noqa: F401,F403
 from .format import *  # noqa: F401,F403
 from .image import *  # noqa: F401,F403
-from . import imgaug, dataset  # noqa: F401  (tensorpack: ``from tensorpack.dataflow import imgaug, dataset``)
+
+_SUBPACKAGES = ("imgaug", "dataset")
+# ``from inputpipe.dataflow import *`` gives what ``from tensorpack.dataflow import *`` gives: every
+# public DataFlow name, and the ``imgaug`` and ``dataset`` subpackages.
+__all__ = sorted({name for name in dir() if not name.startswith("_")} - {"base", "raw", "common", "batch",
+                  "transforms", "combine", "debug", "parallel", "parallel_map", "remote", "serialize",
+                  "format", "image", "seeding"}) + list(_SUBPACKAGES)
+
+
+def __getattr__(name):
+    """``inputpipe.dataflow.imgaug`` and ``.dataset`` (tensorpack: ``from tensorpack.dataflow import
+    imgaug, dataset``) are imported on first use, so importing the DataFlow core stays fast."""
+    if name in _SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module("." + name, __name__)
+    raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))
