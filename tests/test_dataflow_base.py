@@ -164,3 +164,69 @@ def test_get_logger_names_children_of_the_inputpipe_logger():
     assert get_logger("inputpipe").name == "inputpipe"
     assert get_logger("inputpipe.dataflow.common").name == "inputpipe.dataflow.common"
     assert get_logger("myapp").name == "inputpipe.myapp"
+
+
+class OldStyle(DataFlow):
+    """A flow written against tensorpack's pre-0.9 API: only get_data() and size()."""
+
+    def get_data(self):
+        for i in range(3):
+            yield [i]
+
+    def size(self):
+        return 3
+
+
+class OldStyleNoSize(DataFlow):
+    def get_data(self):
+        yield [5]
+
+
+class OldStyleProxy(ProxyDataFlow):
+    def get_data(self):
+        for dp in self.ds:
+            yield [dp[0] * 10]
+
+
+def test_a_pre_09_flow_with_only_get_data_and_size_iterates_and_has_a_length():
+    df = OldStyle()
+    df.reset_state()
+    assert list(df) == [[0], [1], [2]]
+    assert len(df) == 3 and df.size() == 3
+    assert list(df.get_data()) == [[0], [1], [2]]
+    no_size = OldStyleNoSize()
+    assert list(no_size) == [[5]]
+    with pytest.raises(DataFlowLengthUnknown, match="OldStyleNoSize has no length"):
+        len(no_size)
+    proxy = OldStyleProxy(OldStyle())
+    assert list(proxy) == [[0], [10], [20]] and len(proxy) == 3
+    # the new API still goes through the compatibility names without recursing
+    assert list(Sized().get_data()) == [[0], [1], [2]] and Sized().size() == 3
+
+
+class Closable(DataFlow):
+    def __init__(self):
+        self.closed = 0
+
+    def close(self):
+        self.closed += 1
+
+
+class NoCloseMethod:
+    """A duck-typed flow (no DataFlow base) without close()."""
+
+    def reset_state(self):
+        pass
+
+    def __iter__(self):
+        return iter([[1]])
+
+
+def test_close_is_a_no_op_on_a_dataflow_and_a_proxy_forwards_it_down_the_chain():
+    DataFlow().close()
+    inner = Closable()
+    outer = ProxyDataFlow(ProxyDataFlow(inner))
+    outer.close()
+    outer.close()
+    assert inner.closed == 2
+    ProxyDataFlow(NoCloseMethod()).close()          # a wrapped object without close() is fine

@@ -156,6 +156,13 @@ class DataFlow:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        # tensorpack's pre-0.9 API: a class that defines get_data()/size() and not __iter__/__len__
+        # iterates and has a length through them. Only the defining class is patched, so the
+        # compatibility get_data/size of DataFlow itself (which call __iter__/__len__) never recurse.
+        if "get_data" in cls.__dict__ and "__iter__" not in cls.__dict__:
+            cls.__iter__ = cls.__dict__["get_data"]
+        if "size" in cls.__dict__ and "__len__" not in cls.__dict__:
+            cls.__len__ = cls.__dict__["size"]
         own_len = cls.__dict__.get("__len__")
         if own_len is not None and not getattr(own_len, "_inputpipe_length_protocol", False):
             cls.__len__ = _length_protocol(own_len)
@@ -168,6 +175,12 @@ class DataFlow:
 
     def reset_state(self) -> None:
         """Initialise per-process state. Call once in the process that iterates, before iterating."""
+
+    def close(self) -> None:
+        """Stop every thread and process this flow (and the flows it wraps) started.
+
+        A no-op here; parallel flows stop their workers, wrappers forward it to what they wrap.
+        Closing the outermost flow of a pipeline closes the whole chain."""
 
     # tensorpack's pre-0.9 names, kept so old user code keeps running.
     def get_data(self) -> Iterator[Any]:
@@ -229,3 +242,9 @@ class ProxyDataFlow(DataFlow):
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.ds)
+
+    def close(self) -> None:
+        """Close the wrapped flow (which stops any workers below it)."""
+        close = getattr(self.ds, "close", None)
+        if callable(close):
+            close()
