@@ -5,7 +5,7 @@
 - **start methods**: ``fork`` (the default on Linux, as in tensorpack), ``forkserver`` or
   ``spawn``; for the last two :class:`WorkerPool` pickles the target and arguments first, and a
   clear error says what could not be pickled;
-- **in the worker**: :func:`inputpipe.dataflow.seeding.enter_worker` gets the rank and the parent's
+- **in the worker**: :func:`inputpipe.utils.seeding.enter_worker` gets the rank and the parent's
   global seed; SIGINT is ignored (the parent handles Ctrl-C and stops its workers); the worker
   dies with its parent through ``prctl(PR_SET_PDEATHSIG)`` (Linux, set through ctypes) plus a
   watchdog thread that notices when the parent process is gone;
@@ -43,6 +43,7 @@ import time
 import weakref
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from . import seeding
 from .concurrency import POLL_INTERVAL, StoppableThread
 from .errors import WorkerError
 from .logger import get_logger
@@ -121,8 +122,6 @@ def _worker_main(target: Callable, rank: int, args: Sequence[Any], parent_pid: i
     if os.getppid() != parent_pid:  # the parent died before we got here
         os._exit(1)
     _ParentWatchdog(parent_pid).start()
-    from ..dataflow import seeding
-
     seeding.enter_worker(rank, global_seed)
     target(rank, *args)
 
@@ -151,8 +150,6 @@ class WorkerProcesses:
 
     def start(self) -> None:
         """Start every worker."""
-        from ..dataflow import seeding
-
         ctx = mp.get_context(self.start_method)
         in_main_thread = threading.current_thread() is threading.main_thread()
         parent_pid = None if self.start_method == "forkserver" else os.getpid()
