@@ -1,2 +1,422 @@
-"""(being written)"""
-__all__ = []
+"""Photometric augmentors: hue, brightness, contrast, saturation, lighting, gamma, blur, normalisation.
+
+Each changes pixel values only (coordinates pass through unchanged). Unless a docstring says
+otherwise, an augmentor returns the dtype it was given: uint8 images are computed in floating
+point, clipped to [0, 255] and truncated back to uint8 (as tensorpack does); floating-point
+images are clipped to [0, 255] only when ``clip=True``.
+
+Example::
+
+    from inputpipe.dataflow import imgaug
+    aug = imgaug.AugmentorList([imgaug.BrightnessScale((0.6, 1.4)), imgaug.Contrast((0.6, 1.4))])
+    out = aug.augment(img)   # img: HxWx3 uint8 -> HxWx3 uint8
+"""
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ...utils.logger import get_logger
+from ._cv2 import import_cv2
+from .base import PhotometricAugmentor
+
+__all__ = ["Hue", "Brightness", "BrightnessScale", "Contrast", "MeanVarianceNormalize",
+           "GaussianBlur", "Gamma", "Clip", "Saturation", "Lighting", "MinMaxNormalize"]
+
+logger = get_logger(__name__)
+
+
+def _clip_and_cast(img: np.ndarray, dtype: np.dtype, clip: bool) -> np.ndarray:
+    """Clip to [0, 255] when asked or when going back to uint8, then cast to ``dtype``."""
+    if clip or dtype == np.uint8:
+        img = np.clip(img, 0, 255)
+    return img.astype(dtype)
+
+
+def _require_color(component: str, img: np.ndarray) -> None:
+    if img.ndim != 3 or img.shape[2] != 3:
+        raise ValueError("{} expects an HxWx3 colour image, got an array of shape {}".format(
+            component, img.shape))
+
+
+def _opencv_float(img: np.ndarray) -> np.ndarray:
+    """OpenCV's colour conversions take uint8/uint16/float32 only: float64 goes through float32."""
+    return img.astype(np.float32) if img.dtype == np.float64 else img
+
+
+class Hue(PhotometricAugmentor):
+    """Shift the hue by a random offset (in OpenCV's half-degree units, 180 = a full turn).
+
+    Works on uint8 and float images (float64 is computed in float32 and returned as float64).
+
+    Example::
+
+        aug = imgaug.Hue(range=(-10, 10), rgb=True)
+        out = aug.augment(rgb_uint8_image)
+    """
+
+    def __init__(self, range: Sequence[float] = (0, 180), rgb: bool = True):
+        """
+        Args:
+            range: the offset is drawn uniformly from [range[0], range[1]); it is taken modulo
+                a full turn, so (0, 180) covers every hue.
+            rgb: True if the input is RGB, False if it is BGR.
+        """
+        super().__init__()
+        import_cv2(type(self).__name__)    # fail at construction when OpenCV is missing
+        self.range = range
+        self.rgb = bool(rgb)
+
+    def _get_augment_params(self, _):
+        return self._rand_range(*self.range)
+
+    def _augment(self, img, hue):
+        cv2 = import_cv2(type(self).__name__)
+        _require_color("Hue", img)
+        old_dtype = img.dtype
+        to_hsv, from_hsv = ((cv2.COLOR_RGB2HSV, cv2.COLOR_HSV2RGB) if self.rgb
+                            else (cv2.COLOR_BGR2HSV, cv2.COLOR_HSV2BGR))
+        hsv = cv2.cvtColor(_opencv_float(img), to_hsv)
+        if hsv.dtype == np.uint8:
+            hsv[..., 0] = (hsv[..., 0] + hue) % 180        # 8-bit hue is 0..179
+        else:
+            hsv[..., 0] = (hsv[..., 0] + 2 * hue) % 360    # float hue is in degrees
+        return cv2.cvtColor(hsv, from_hsv).astype(old_dtype, copy=False)
+
+
+class Brightness(PhotometricAugmentor):
+    """Add one random value, drawn from [-delta, delta), to every pixel.
+
+    Example::
+
+        aug = imgaug.Brightness(30, clip=True)
+        out = aug.augment(img)
+    """
+
+    def __init__(self, delta: float, clip: bool = True):
+        """
+        Args:
+            delta: the largest absolute change (must be > 0).
+            clip: clip the result to [0, 255] also for float images (uint8 is always clipped).
+        """
+        super().__init__()
+        if not delta > 0:
+            raise ValueError("Brightness expects delta > 0, got {!r}".format(delta))
+        self.delta = delta
+        self.clip = clip
+
+    def _get_augment_params(self, _):
+        return self._rand_range(-self.delta, self.delta)
+
+    def _augment(self, img, delta):
+        return _clip_and_cast(img.astype(np.float32) + delta, img.dtype, self.clip)
+
+
+class BrightnessScale(PhotometricAugmentor):
+    """Multiply every pixel by one random factor drawn from [range[0], range[1]).
+
+    Example::
+
+        aug = imgaug.BrightnessScale((0.6, 1.4))
+        out = aug.augment(img)
+    """
+
+    def __init__(self, range: Sequence[float], clip: bool = True):
+        """
+        Args:
+            range: (low, high) of the factor.
+            clip: clip the result to [0, 255] also for float images (uint8 is always clipped).
+        """
+        super().__init__()
+        self.range = range
+        self.clip = clip
+
+    def _get_augment_params(self, _):
+        return self._rand_range(*self.range)
+
+    def _augment(self, img, factor):
+        return _clip_and_cast(img.astype(np.float32) * factor, img.dtype, self.clip)
+
+
+class Contrast(PhotometricAugmentor):
+    """Scale each pixel's distance from the mean: ``x = (x - mean) * factor + mean``.
+
+    The mean is per channel when ``rgb`` is None, else the mean of the grey image (RGB or BGR
+    order as ``rgb`` says); a 2-D image uses its overall mean.
+
+    Example::
+
+        aug = imgaug.Contrast((0.6, 1.4), rgb=True)
+        out = aug.augment(img)
+    """
+
+    def __init__(self, factor_range: Sequence[float], rgb: Optional[bool] = None, clip: bool = True):
+        """
+        Args:
+            factor_range: (low, high) of the contrast factor.
+            rgb: None: per-channel mean; True/False: mean of the grey image of an RGB/BGR input.
+            clip: clip the result to [0, 255] also for float images (uint8 is always clipped).
+        """
+        super().__init__()
+        if rgb is not None:
+            import_cv2(type(self).__name__)    # fail at construction when OpenCV is missing
+        self.factor_range = factor_range
+        self.rgb = rgb
+        self.clip = clip
+
+    def _get_augment_params(self, _):
+        return self._rand_range(*self.factor_range)
+
+    def _augment(self, img, factor):
+        if img.ndim == 3 and self.rgb is not None:
+            cv2 = import_cv2(type(self).__name__)
+            _require_color("Contrast(rgb={})".format(self.rgb), img)
+            grey = cv2.cvtColor(img.astype(np.float32), cv2.COLOR_RGB2GRAY if self.rgb else cv2.COLOR_BGR2GRAY)
+            mean = np.mean(grey)
+        elif img.ndim == 3:
+            mean = np.mean(img, axis=(0, 1), keepdims=True)
+        else:
+            mean = np.mean(img)
+        return _clip_and_cast(img * factor + mean * (1 - factor), img.dtype, self.clip)
+
+
+class MeanVarianceNormalize(PhotometricAugmentor):
+    """Scale to zero mean and unit variance: ``x = (x - mean) / max(std, 1 / sqrt(x.size))``.
+
+    Always returns float32.
+
+    Example::
+
+        aug = imgaug.MeanVarianceNormalize(all_channel=False)
+        out = aug.augment(img)     # float32, each channel with mean 0 and std 1
+    """
+
+    def __init__(self, all_channel: bool = True):
+        """
+        Args:
+            all_channel: one mean/std for the whole image (True) or one per channel (False).
+        """
+        super().__init__()
+        self.all_channel = all_channel
+
+    def _augment(self, img, _):
+        img = img.astype(np.float32)
+        if self.all_channel:
+            mean, std = np.mean(img), np.std(img)
+        else:
+            mean = np.mean(img, axis=(0, 1), keepdims=True)
+            std = np.std(img, axis=(0, 1), keepdims=True)
+        std = np.maximum(std, 1.0 / np.sqrt(np.prod(img.shape)))
+        return (img - mean) / std
+
+
+class GaussianBlur(PhotometricAugmentor):
+    """Blur with a Gaussian window of random odd size ``2 * s + 1``, s drawn from [low, high).
+
+    Example::
+
+        aug = imgaug.GaussianBlur(size_range=(0, 3), sigma_range=(0, 0))
+        out = aug.augment(img)     # same shape and dtype
+    """
+
+    def __init__(self, size_range: Union[int, Sequence[int]] = (0, 3), sigma_range: Sequence[float] = (0, 0),
+                 symmetric: bool = True, max_size: Optional[int] = None):
+        """
+        Args:
+            size_range: [low, high) of s (window size 2 * s + 1); an int n means (0, n).
+            sigma_range: (low, high) of sigma; 0 lets OpenCV derive sigma from the window size.
+            symmetric: use the same size and sigma in x and y (else each is drawn separately).
+            max_size: deprecated alias: ``size_range=(0, max_size)``.
+        """
+        super().__init__()
+        import_cv2(type(self).__name__)    # fail at construction when OpenCV is missing
+        if not isinstance(size_range, (list, tuple)):
+            size_range = (0, size_range)
+        if not isinstance(sigma_range, (list, tuple)):
+            raise ValueError("GaussianBlur expects sigma_range as a (low, high) pair, got {!r}".format(sigma_range))
+        if max_size is not None:
+            logger.warning("GaussianBlur(max_size=) is deprecated: use size_range=(0, %s) instead", max_size)
+            size_range = (0, max_size)
+        self.size_range = size_range
+        self.sigma_range = sigma_range
+        self.symmetric = symmetric
+        self.max_size = max_size
+
+    def _get_augment_params(self, _):
+        sizes = self.rng.randint(self.size_range[0], self.size_range[1], size=(2,)) * 2 + 1
+        sigmas = self._rand_range(*self.sigma_range, size=(2,))
+        if self.symmetric:
+            sizes[1] = sizes[0]
+            sigmas[1] = sigmas[0]
+        return tuple(sizes), tuple(sigmas)
+
+    def _augment(self, img, params):
+        cv2 = import_cv2(type(self).__name__)
+        (size_x, size_y), (sigma_x, sigma_y) = params
+        blurred = cv2.GaussianBlur(img, (int(size_x), int(size_y)), sigmaX=float(sigma_x), sigmaY=float(sigma_y),
+                                   borderType=cv2.BORDER_REPLICATE)
+        return blurred.reshape(img.shape)
+
+
+class Gamma(PhotometricAugmentor):
+    """Gamma correction through a 256-entry lookup table: ``x = 255 * (x / 255) ** (1 / (1 + gamma))``.
+
+    The image is clipped to [0, 255] and cast to uint8 before the lookup (so float images
+    should be in [0, 255]); the result is cast back to the input dtype.
+
+    Example::
+
+        aug = imgaug.Gamma(range=(-0.5, 0.5))
+        out = aug.augment(img)
+    """
+
+    def __init__(self, range: Sequence[float] = (-0.5, 0.5)):
+        """
+        Args:
+            range: (low, high) of gamma; must stay above -1.
+        """
+        super().__init__()
+        import_cv2(type(self).__name__)    # fail at construction when OpenCV is missing
+        self.range = range
+
+    def _get_augment_params(self, _):
+        return self._rand_range(*self.range)
+
+    def _augment(self, img, gamma):
+        cv2 = import_cv2(type(self).__name__)
+        table = ((np.arange(256, dtype=np.float32) / 255) ** (1.0 / (1.0 + gamma)) * 255).astype(np.uint8)
+        as_uint8 = np.clip(img, 0, 255).astype(np.uint8)
+        out = cv2.LUT(as_uint8, table).astype(img.dtype)
+        return out.reshape(img.shape)
+
+
+class Clip(PhotometricAugmentor):
+    """Clip pixel values to [min, max] (dtype unchanged).
+
+    Example::
+
+        aug = imgaug.Clip(0, 255)
+        out = aug.augment(float_img)
+    """
+
+    def __init__(self, min: float = 0, max: float = 255):
+        """
+        Args:
+            min, max: the clip range.
+        """
+        super().__init__()
+        self.min = min
+        self.max = max
+
+    def _augment(self, img, _):
+        return np.clip(img, self.min, self.max)
+
+
+class Saturation(PhotometricAugmentor):
+    """Blend the image with its grey version: ``x = x * v + grey * (1 - v)``, v in [1 - alpha, 1 + alpha).
+
+    As in fb.resnet.torch's colour augmentation. Needs an HxWx3 image.
+
+    Example::
+
+        aug = imgaug.Saturation(0.4, rgb=True)
+        out = aug.augment(img)
+    """
+
+    def __init__(self, alpha: float = 0.4, rgb: bool = True, clip: bool = True):
+        """
+        Args:
+            alpha: the largest change of the blend factor (must be < 1).
+            rgb: True if the input is RGB, False if it is BGR.
+            clip: clip the result to [0, 255] also for float images (uint8 is always clipped).
+        """
+        super().__init__()
+        import_cv2(type(self).__name__)    # fail at construction when OpenCV is missing
+        if not alpha < 1:
+            raise ValueError("Saturation expects alpha < 1, got {!r}".format(alpha))
+        self.alpha = alpha
+        self.rgb = bool(rgb)
+        self.clip = clip
+
+    def _get_augment_params(self, _):
+        return 1 + self._rand_range(-self.alpha, self.alpha)
+
+    def _augment(self, img, factor):
+        cv2 = import_cv2(type(self).__name__)
+        _require_color("Saturation", img)
+        grey = cv2.cvtColor(_opencv_float(img), cv2.COLOR_RGB2GRAY if self.rgb else cv2.COLOR_BGR2GRAY)
+        out = img * factor + (grey * (1 - factor))[:, :, np.newaxis]
+        return _clip_and_cast(out, img.dtype, self.clip)
+
+
+class Lighting(PhotometricAugmentor):
+    """AlexNet-style PCA lighting noise: add ``eigvec @ (alpha * eigval)``, alpha ~ N(0, std^2) per component.
+
+    As in fb.resnet.torch. Needs an HxWx3 image.
+
+    Example::
+
+        eigval = [0.2175, 0.0188, 0.0045]          # ImageNet, scaled by 255 below
+        eigvec = [[-0.5675, 0.7192, 0.4009], [-0.5808, -0.0045, -0.8140], [-0.5836, -0.6948, 0.4203]]
+        aug = imgaug.Lighting(0.1, eigval=[v * 255 for v in eigval], eigvec=eigvec)
+        out = aug.augment(img)
+    """
+
+    def __init__(self, std: float, eigval, eigvec, clip: bool = True):
+        """
+        Args:
+            std: standard deviation of the random weight of each principal component.
+            eigval: the 3 eigenvalues.
+            eigvec: a 3x3 matrix whose columns are the eigenvectors.
+            clip: clip the result to [0, 255] also for float images (uint8 is always clipped).
+        """
+        super().__init__()
+        eigval = np.asarray(eigval, dtype=np.float32)
+        eigvec = np.asarray(eigvec, dtype=np.float32)
+        if eigval.shape != (3,) or eigvec.shape != (3, 3):
+            raise ValueError("Lighting expects eigval of shape (3,) and eigvec of shape (3, 3), got {} and {}".format(
+                eigval.shape, eigvec.shape))
+        self.std = std
+        self.eigval = eigval
+        self.eigvec = eigvec
+        self.clip = clip
+
+    def _get_augment_params(self, img):
+        _require_color("Lighting", img)
+        return (self.rng.randn(3) * self.std).astype(np.float32)
+
+    def _augment(self, img, alpha):
+        shift = np.dot(self.eigvec, (alpha * self.eigval).reshape((3, 1))).reshape((3,))
+        return _clip_and_cast(np.add(img, shift), img.dtype, self.clip)
+
+
+class MinMaxNormalize(PhotometricAugmentor):
+    """Scale linearly so the smallest value becomes ``min`` and the largest ``max``. Returns float32.
+
+    A constant image (or channel) has no range to scale and becomes ``min``.
+
+    Example::
+
+        aug = imgaug.MinMaxNormalize(0, 1)
+        out = aug.augment(img)     # float32 in [0, 1]
+    """
+
+    def __init__(self, min: float = 0, max: float = 255, all_channel: bool = True):
+        """
+        Args:
+            min, max: the new smallest and largest value.
+            all_channel: one range for the whole image (True) or one per channel (False).
+        """
+        super().__init__()
+        self.min = min
+        self.max = max
+        self.all_channel = all_channel
+
+    def _augment(self, img, _):
+        img = img.astype(np.float32)
+        if self.all_channel:
+            low, high = np.min(img), np.max(img)
+        else:
+            low = np.min(img, axis=(0, 1), keepdims=True)
+            high = np.max(img, axis=(0, 1), keepdims=True)
+        span = np.where(high > low, high - low, 1)   # a constant channel has img - low == 0: becomes min
+        return ((self.max - self.min) * (img - low) / span + self.min).astype(np.float32)

@@ -1,0 +1,69 @@
+"""The photometric, noise and conversion augmentors give tensorpack 0.11's pixels.
+
+tests/data/imgaug_photo/make_fixtures.py ran each case under tensorpack with a RandomState of a
+fixed seed; here inputpipe's augmentor gets a RandomState with the same seed, so it must draw the
+same numbers and produce the same outputs: exactly for integer results, within 1e-4 for floats.
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+cv2 = pytest.importorskip("cv2")
+
+from inputpipe.dataflow import imgaug  # noqa: E402
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "data", "imgaug_photo", "fixtures.npz")
+
+
+def _load():
+    with np.load(FIXTURES) as data:
+        arrays = {key: data[key] for key in data.files}
+    meta = json.loads(str(arrays.pop("cases")))
+    return arrays, meta
+
+
+ARRAYS, META = _load()
+CASES = [(index, expression, input_name) for index, (expression, input_name) in enumerate(META["cases"])]
+
+
+def test_fixtures_cover_every_augmentor_of_the_family():
+    named = {expression.split("(")[0].split(".")[1] for _, expression, _ in CASES}
+    assert named == {"Hue", "Brightness", "BrightnessScale", "Contrast", "MeanVarianceNormalize", "GaussianBlur",
+                     "Gamma", "Clip", "Saturation", "Lighting", "MinMaxNormalize", "JpegNoise", "GaussianNoise",
+                     "SaltPepperNoise", "ColorSpace", "Grayscale", "ToUint8", "ToFloat32"}
+    assert META["draws"] == 2 and len(CASES) == 46
+
+
+@pytest.mark.parametrize("index,expression,input_name", CASES, ids=["{}-{}".format(e, i) for _, e, i in CASES])
+def test_same_pixels_as_tensorpack(index, expression, input_name):
+    aug = eval(expression, {"imgaug": imgaug, "np": np, "cv2": cv2})
+    aug.rng = np.random.RandomState(META["seeds"][index])
+    img = ARRAYS["input_" + input_name]
+    before = img.copy()
+    for draw in range(META["draws"]):
+        expected = ARRAYS["case{}_draw{}".format(index, draw)]
+        out = aug.augment(img)
+        assert out.dtype == expected.dtype, (out.dtype, expected.dtype)
+        assert out.shape == expected.shape, (out.shape, expected.shape)
+        if np.issubdtype(expected.dtype, np.integer):
+            np.testing.assert_array_equal(out, expected)
+        else:
+            np.testing.assert_allclose(out, expected, rtol=0, atol=1e-4)
+    np.testing.assert_array_equal(img, before)   # the input is left as it was
+
+
+@pytest.mark.parametrize("index,expression,input_name", [c for c in CASES if "Normalize" not in c[1]
+                                                         and "ColorSpace" not in c[1] and "Grayscale" not in c[1]
+                                                         and "To" not in c[1] and "Clip" not in c[1]][:12])
+def test_old_api_params_replay_the_same_pixels(index, expression, input_name):
+    """augment_return_params / augment_with_params (the pre-0.10 calls) repeat the first draw."""
+    aug = eval(expression, {"imgaug": imgaug, "np": np, "cv2": cv2})
+    aug.rng = np.random.RandomState(META["seeds"][index])
+    img = ARRAYS["input_" + input_name]
+    out, params = aug.augment_return_params(img)
+    again = aug.augment_with_params(img.copy(), params)
+    expected = ARRAYS["case{}_draw0".format(index)]
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-4)
+    np.testing.assert_array_equal(again, out)
