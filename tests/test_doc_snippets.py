@@ -1,0 +1,64 @@
+"""Every Python block of README.md and docs/*.md that is meant to run, runs as written.
+
+The blocks of one page run in order in one fresh interpreter (later blocks use what earlier ones
+defined, as a reader would), after tests/doc_snippets/prelude.py has defined the names the pages
+leave to the reader (``files``, ``load_and_augment``, ``build_model``). A block that is only a
+fragment is marked on the line before its fence with ``<!-- not run: the reason -->``; the test
+checks that every such mark gives a reason.
+"""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PRELUDE = Path(__file__).resolve().parent / "doc_snippets" / "prelude.py"
+# Pages whose code has a dedicated test with more assertions than "it runs".
+COVERED_ELSEWHERE = {"docs/dataflow.md": "tests/test_dataflow_docs.py"}
+BLOCK = re.compile(r"(?P<before>[^\n]*)\n```python\n(?P<code>.*?)```", re.S)
+SKIP_MARK = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->")
+
+
+def _pages():
+    pages = [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
+    return [p for p in pages if str(p.relative_to(REPO)) not in COVERED_ELSEWHERE]
+
+
+def _blocks(page: Path):
+    """(code, skip reason or None) for each ```python block of the page, in order."""
+    text = "\n" + page.read_text(encoding="utf-8")
+    found = []
+    for match in BLOCK.finditer(text):
+        mark = SKIP_MARK.search(match.group("before"))
+        found.append((match.group("code"), mark.group("reason") if mark else None))
+    return found
+
+
+def _pages_with_code():
+    return [p for p in _pages() if any(reason is None for _, reason in _blocks(p))]
+
+
+def test_every_not_run_mark_gives_a_reason():
+    for page in _pages():
+        for code, reason in _blocks(page):
+            if reason is not None:
+                assert len(reason) >= 10, "{}: a block is skipped without a reason: {!r}".format(page, code[:60])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("page", _pages_with_code(), ids=lambda p: str(p.relative_to(REPO)))
+def test_page_snippets_run(page, tmp_path):
+    code = [PRELUDE.read_text(encoding="utf-8")]
+    for index, (block, reason) in enumerate(_blocks(page)):
+        if reason is None:
+            code.append("# --- block {} of {}\n{}".format(index + 1, page.name, block))
+    script = tmp_path / "snippets.py"
+    script.write_text("\n".join(code), encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, "{} failed:\n{}".format(page.relative_to(REPO), proc.stderr[-4000:])
