@@ -12,6 +12,7 @@ import zmq
 
 from inputpipe.utils import serialize
 from inputpipe.utils.serialize import (
+    DEFAULT_MAX_FRAMES,
     DEFAULT_MAX_MESSAGE_BYTES,
     WIRE_FORMAT_VERSION,
     WireFormatError,
@@ -281,7 +282,7 @@ def test_single_buffer_in_loads_frames_and_arrayless_frames_in_loads():
 
 @pytest.mark.parametrize("obj, match", [
     (np.array([1, "a"], dtype=object), r"dtype object: object arrays would need pickle.*\(at obj\)"),
-    (np.array(["ab"]), r"dtype <U2: string arrays are not carried"),
+    (np.zeros(2, dtype=[("a", "<i4")]), r"dtype \[\('a', '<i4'\)\]: only bool, int8.*fixed-width"),
     (np.array(["2020-01-01"], dtype="datetime64[D]"), r"dtype datetime64\[D\]: only bool, int8"),
     (np.datetime64("2020-01-01"), r"numpy scalar of dtype datetime64\[D\]"),
     ([1, {"a": [2 ** 64]}], r"int 18446744073709551616: it does not fit in 64 bits.*\(at obj\[1\]\['a'\]\[0\]\)"),
@@ -465,6 +466,12 @@ def _head(dtype_name, length):
      (bytes(8),), r"array of dtype float64 and shape \(2,\) needs 16 bytes, its frame has 8"),
     (msgpack.packb(1), (bytes(8),), r"1 of 1 array frames are not referenced by the body"),
     (msgpack.packb(msgpack.ExtType(4, b"x")), (), r"a tuple mark must be empty, got 1 bytes"),
+    (msgpack.packb(msgpack.Timestamp(1, 2)), (), r"msgpack ext type -1 \(timestamp\) is not part of the wire "
+                                                 r"format \(it defines ext types 1 \(array\), 2"),
+    (msgpack.packb([1, {"k": [msgpack.Timestamp(2 ** 40, 5)]}]), (), r"ext type -1 \(timestamp\)"),
+    (msgpack.packb({msgpack.Timestamp(7): 1}), (), r"ext type -1 \(timestamp\)"),
+    (msgpack.packb(msgpack.Timestamp(2 ** 35, 1)), (), r"ext type -1 \(timestamp\)"),  # the 12-byte form
+    (b"\xd4\xff\x00", (), r"malformed message body"),  # a timestamp of an invalid length
     (msgpack.packb([1, msgpack.ExtType(4, b"")]), (), r"a tuple mark appears outside the head of a list"),
     (msgpack.packb({"a": msgpack.ExtType(4, b"")}), (), r"a tuple mark appears outside the head of a list"),
     (b"\xc1", (), r"malformed message body"),
@@ -543,3 +550,63 @@ def test_fuzz_mutated_messages_decode_or_raise_wire_format_error():
                 loads_frames([bytes(mutated)] + frames[1:])
             except WireFormatError:
                 pass
+
+
+# ------------------------------------------------------------------------- fixed-width strings
+
+STRING_ARRAYS = [
+    np.array(["ab", "", "héllo ✓"]),                      # <U7, with an empty string
+    np.array(["ab", "c"], dtype=">U2"),                   # big-endian UCS-4
+    np.array([b"ab", b"\x00\xff", b""]),                   # |S2 with NUL and 0xff bytes
+    np.array("ä"),                                        # 0-d str
+    np.array(b"x\x00"),                                   # 0-d bytes
+    np.array([], dtype="U3"),                             # empty
+    np.array([], dtype="S1").reshape(0, 4),
+    np.array([["a" * 2000] * 3] * 2),                     # a frame of its own (> 4 KiB)
+    np.asfortranarray(np.array([["ab", "c"], ["d", "efg"]])),
+    np.array(["abcd"] * 6)[::2],                          # strided
+]
+
+
+@pytest.mark.parametrize("arr", STRING_ARRAYS, ids=lambda a: "{}{}".format(a.dtype.str, a.shape))
+def test_fixed_width_string_arrays_round_trip_byte_exact(arr):
+    for got in roundtrips([arr, {"s": arr}]):
+        for value in (got[0], got[1]["s"]):
+            assert type(value) is np.ndarray
+            assert value.dtype.str == arr.dtype.str and value.shape == arr.shape
+            assert value.tobytes() == arr.tobytes()
+
+
+def test_string_dtypes_are_checked_when_decoded():
+    for name, ok in [(b"<U3", True), (b">U1", True), (b"|S9", True), (b"<U0", False), (b"|S0", False),
+                     (b"<S3", False), (b"|U3", False), (b"=U3", False), (b"<U03", False),
+                     (b"<U999999999", False), (b"<U3 ", False), (b"<T", False)]:
+        body = msgpack.packb(msgpack.ExtType(2, _head(name, 1) + bytes(4)))
+        if ok:
+            itemsize = np.dtype(name.decode()).itemsize
+            body = msgpack.packb(msgpack.ExtType(2, _head(name, 2) + bytes(2 * itemsize)))
+            assert loads_frames(_message_with_body(body)).dtype.str == name.decode()
+        else:
+            with pytest.raises(WireFormatError, match=r"unsupported dtype .*fixed-width string"):
+                loads_frames(_message_with_body(body))
+
+
+# ------------------------------------------------------------------------------- frame limits
+
+def test_frame_count_limit_is_checked_before_the_frames_are_read():
+    assert DEFAULT_MAX_FRAMES == 1 << 16
+    frames = dumps_frames([np.zeros(5000, np.uint8)] * 3)
+    assert len(frames) == 4
+    assert len(loads_frames(frames, max_frames=3)) == 3
+    with pytest.raises(WireFormatError, match=r"loads_frames: 4 frames, more than the header and 2 array "
+                                              r"frames \(raise max_frames"):
+        loads_frames(frames, max_frames=2)
+    # the count is checked before any frame is converted: objects that are no buffers at all
+    with pytest.raises(WireFormatError, match=r"1000001 frames, more than the header and 65536"):
+        loads_frames([object()] * 1000001)
+    data = dumps([np.zeros(5000, np.uint8)] * 3)
+    assert len(loads(data, max_frames=3)) == 3
+    with pytest.raises(WireFormatError, match=r"loads: header declares 3 array frames, more than the limit of 2"):
+        loads(data, max_frames=2)
+    with pytest.raises(ValueError, match=r"max_frames must be an int >= 0, got -1"):
+        loads(data, max_frames=-1)

@@ -2,8 +2,11 @@
 
 Everything inputpipe sends between processes or machines, and every dataset file it writes, is
 encoded here. Decoding only ever builds plain data (lists, tuples, dicts, str, bytes, numbers,
-None, numpy scalars and numpy arrays of numeric or bool dtype); it never runs code, and it refuses
-malformed, truncated, oversized or unknown input with a :class:`WireFormatError`.
+None, numpy scalars and numpy arrays of numeric, bool or fixed-width string dtype); it never runs
+code, and it refuses malformed, truncated, oversized or unknown input (including every msgpack
+extension type it does not define, msgpack's timestamp among them) with a :class:`WireFormatError`.
+A message is bounded as a whole: at most ``max_bytes`` bytes and ``max_frames`` array frames,
+both checked before any object is built.
 
 Two forms of the same message:
 
@@ -24,6 +27,7 @@ Example::
     img, label, meta = loads_frames(frames)  # img shares memory with frames[1]
 """
 import math
+import re
 import struct
 from typing import Any, List, Optional, Sequence
 
@@ -37,6 +41,7 @@ try:
     from msgpack._cmsgpack import Packer as _Packer, unpackb as _unpackb
 except ImportError:                 # msgpack without its C extension
     from msgpack.fallback import Packer as _Packer, unpackb as _unpackb
+from msgpack.ext import Timestamp as _Timestamp
 
 __all__ = [
     "dumps",
@@ -45,12 +50,18 @@ __all__ = [
     "loads_frames",
     "WireFormatError",
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_MAX_FRAMES",
     "WIRE_FORMAT_VERSION",
 ]
 
 #: Largest message (all frames together) a decoder accepts unless told otherwise: 1 GiB. A batch of
 #: 256 float32 ImageNet images is 154 MB, so this only stops garbage or hostile sizes.
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+
+#: Most array frames a decoder accepts in one message unless told otherwise. A datapoint with more
+#: than this many arrays above 4 KiB is unusual; a hostile message of millions of empty frames is
+#: refused from its header (or, on a socket, while its frames are counted) before anything is built.
+DEFAULT_MAX_FRAMES = 1 << 16
 
 #: Version of the byte layout. A decoder refuses any other version with a clear error.
 WIRE_FORMAT_VERSION = 1
@@ -61,7 +72,6 @@ _PREAMBLE = struct.Struct("<4sBBHIQ")
 _LAYOUT_SINGLE = 1  # dumps(): header, then every array buffer, each at a 64-byte aligned offset
 _LAYOUT_FRAMES = 2  # dumps_frames(): the header frame alone; array buffers are the next frames
 _ALIGNMENT = 64
-_MAX_FRAMES = 1 << 24
 
 # Arrays up to this size travel inside the header instead of in a frame of their own: a frame
 # costs more (a zmq message, a memoryview, padding) than copying a few KiB.
@@ -89,6 +99,31 @@ for _name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uin
 del _name, _dt
 
 _DTYPE_NAMES = {dtype: name for name, dtype in _ALLOWED_DTYPES.items()}
+
+# Fixed-width strings: numpy's dtype.str of a str (UCS-4, either byte order) or bytes array, e.g.
+# "<U5" or "|S3", with a width of 1 .. 2**28 - 1 characters.
+_STRING_DTYPE_NAME = re.compile(rb"(?:[<>]U|\|S)[1-9][0-9]{0,8}\Z")
+_MAX_STRING_WIDTH = 1 << 28
+
+
+def _string_dtype(name: bytes) -> Optional[np.dtype]:
+    """The fixed-width string dtype named ``name`` (canonical ``dtype.str`` only), or None."""
+    if not _STRING_DTYPE_NAME.match(name) or int(name[2:]) >= _MAX_STRING_WIDTH:
+        return None
+    return np.dtype(name.decode("ascii"))
+
+
+def _dtype_name(dtype: np.dtype) -> Optional[bytes]:
+    """The name an array of ``dtype`` travels under, or None for a dtype the format does not carry."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None and dtype.kind in "US" and dtype.itemsize and \
+            _string_dtype(dtype.str.encode("ascii")) == dtype:
+        name = dtype.str.encode("ascii")
+    return name
+
+
+def _lookup_dtype(name: bytes) -> Optional[np.dtype]:
+    return _ALLOWED_DTYPES.get(name) or _string_dtype(name)
 _PADDING = bytes(_ALIGNMENT)
 _FRAME_INDEX = struct.Struct("<I")
 _CACHE_SIZE = 1024
@@ -146,10 +181,9 @@ def _short_repr(obj: Any, limit: int = 80) -> str:
 def _unsupported_dtype_message(dtype: np.dtype) -> str:
     if dtype.kind == "O":
         why = "object arrays would need pickle, which the wire format never uses; convert it to a list"
-    elif dtype.kind in "SU":
-        why = "string arrays are not carried; send a list of str or bytes"
     else:
-        why = "only bool, int8..int64, uint8..uint64, float16/32/64 and complex64/128 arrays are carried"
+        why = ("only bool, int8..int64, uint8..uint64, float16/32/64, complex64/128 and fixed-width "
+               "str/bytes (U, S) arrays are carried")
     return "cannot serialize a numpy array of dtype {}: {}".format(dtype, why)
 
 
@@ -186,11 +220,11 @@ class _Encoder:
                 return base(obj)
         raise TypeError("cannot serialize an object of type {}.{} ({}): the wire format carries "
                         "only None, bool, int, float, str, bytes, list, tuple, dict, numpy scalars "
-                        "and numeric/bool numpy arrays".format(
+                        "and numeric/bool/fixed-width string numpy arrays".format(
                             type(obj).__module__, type(obj).__qualname__, _short_repr(obj)))
 
     def array(self, arr: np.ndarray) -> msgpack.ExtType:
-        dtype_name = _DTYPE_NAMES.get(arr.dtype)
+        dtype_name = _DTYPE_NAMES.get(arr.dtype) or _dtype_name(arr.dtype)
         if dtype_name is None:
             raise TypeError(_unsupported_dtype_message(arr.dtype))
         flags = arr.flags
@@ -323,6 +357,27 @@ def _as_bytes_view(buffer: Any, what: str) -> memoryview:
 
 _TUPLE_MARK_DECODED = object()
 
+# msgpack decodes its timestamp extension (type -1) itself, without calling ext_hook. Its three
+# encodings start with these bytes; a body without them holds no timestamp, and a body with them
+# (perhaps only inside binary data) is searched for decoded timestamps.
+_TIMESTAMP_START = re.compile(rb"[\xd6\xd7]\xff|\xc7\x0c\xff")
+
+
+def _refuse_timestamps(obj: Any) -> None:
+    """Raise WireFormatError if a msgpack Timestamp is anywhere in ``obj`` (keys included)."""
+    pending = [obj]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, _Timestamp):
+            raise WireFormatError("msgpack ext type -1 (timestamp) is not part of the wire format (it "
+                                  "defines ext types {})".format(
+                                      ", ".join("{} ({})".format(k, v) for k, v in sorted(_EXT_NAMES.items()))))
+        if isinstance(item, (list, tuple)):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+
 
 class _Decoder:
     """Builds the objects of one message; ``ext_hook`` is handed every msgpack ext type."""
@@ -340,6 +395,8 @@ class _Decoder:
 
     def unpack(self, data: Any) -> Any:
         obj = _unpackb(data, ext_hook=self.ext_hook, list_hook=self.list_hook, raw=False, strict_map_key=False)
+        if _TIMESTAMP_START.search(data) is not None:
+            _refuse_timestamps(obj)
         if self.open_tuple_marks:
             raise WireFormatError("a tuple mark appears outside the head of a list")
         if not all(self.used):
@@ -396,7 +453,7 @@ class _Decoder:
     def scalar(data: bytes) -> np.generic:
         dtype = None
         if len(data) >= 1:
-            dtype = _ALLOWED_DTYPES.get(bytes(data[1:1 + data[0]]))
+            dtype = _ALLOWED_DTYPES.get(bytes(data[1:1 + data[0]]))  # numeric/bool only: str -> str
         if dtype is None or len(data) != 1 + data[0] + dtype.itemsize:
             raise WireFormatError("numpy scalar description of {} bytes is malformed or of an "
                                   "unsupported dtype: {!r}".format(len(data), bytes(data[:32])))
@@ -423,10 +480,11 @@ def _parse_array_head(data: bytes, at: int, kind: str):
         raise WireFormatError("{} description is malformed (order {}, ndim {}, {} bytes)".format(
             kind, order, ndim, len(data) - at))
     dtype_name = bytes(data[at + _ARRAY_HEAD.size:shape_at])
-    dtype = _ALLOWED_DTYPES.get(dtype_name)
+    dtype = _lookup_dtype(dtype_name)
     if dtype is None:
-        raise WireFormatError("{} has unsupported dtype {!r}; expected one of {}".format(
-            kind, dtype_name, ", ".join(sorted(k.decode() for k in _ALLOWED_DTYPES))))
+        raise WireFormatError("{} has unsupported dtype {!r}; expected one of {} or a fixed-width string "
+                              "dtype (<U<n>, >U<n>, |S<n>)".format(
+                                  kind, dtype_name, ", ".join(sorted(k.decode() for k in _ALLOWED_DTYPES))))
     shape = struct.unpack_from("<%dQ" % ndim, data, shape_at)
     parsed = (dtype, shape, order, math.prod(shape) * dtype.itemsize)
     if len(_parsed_head_cache) >= _CACHE_SIZE:
@@ -435,7 +493,13 @@ def _parse_array_head(data: bytes, at: int, kind: str):
     return parsed + (end,)
 
 
-def _read_preamble(header: memoryview, what: str):
+def _check_max_frames(max_frames: int) -> int:
+    if isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 0:
+        raise ValueError("wire format: max_frames must be an int >= 0, got {!r}".format(max_frames))
+    return max_frames
+
+
+def _read_preamble(header: memoryview, what: str, max_frames: int):
     if len(header) < _PREAMBLE.size or bytes(header[:4]) != _MAGIC:
         if len(header) >= 4 and bytes(header[:4]) != _MAGIC:
             hint = " (it looks like a pickle; inputpipe never unpickles)" if header[0] == 0x80 else ""
@@ -450,9 +514,9 @@ def _read_preamble(header: memoryview, what: str):
                                   what, version, WIRE_FORMAT_VERSION))
     if layout not in (_LAYOUT_SINGLE, _LAYOUT_FRAMES) or reserved != 0:
         raise WireFormatError("{}: unknown message layout {} (reserved field {})".format(what, layout, reserved))
-    if n_frames > _MAX_FRAMES:
-        raise WireFormatError("{}: header declares {} array frames, more than the limit of {}".format(
-            what, n_frames, _MAX_FRAMES))
+    if n_frames > max_frames:
+        raise WireFormatError("{}: header declares {} array frames, more than the limit of {} (raise "
+                              "max_frames if such messages are expected)".format(what, n_frames, max_frames))
     header_end = _PREAMBLE.size + 8 * n_frames + body_len
     if len(header) < header_end:
         raise WireFormatError("{}: truncated: header declares {} bytes (with {} frame sizes and a {} byte "
@@ -478,14 +542,15 @@ def _decode(body: memoryview, frames: List[memoryview], copy: bool, what: str) -
             what, type(err).__name__, err or "invalid msgpack data")) from None
 
 
-def loads(data: Any, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, copy: bool = False) -> Any:
+def loads(data: Any, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, copy: bool = False,
+          max_frames: int = DEFAULT_MAX_FRAMES) -> Any:
     """Decode a buffer made by :func:`dumps` (or a single frame of :func:`dumps_frames` that
     holds no array frames).
 
     Arrays are views of ``data``: read-only when ``data`` is immutable (``bytes``), writable when
     it is a ``bytearray``; ``copy=True`` gives every array its own writable memory. Raises
     :class:`WireFormatError` for anything that is not a complete, valid message of at most
-    ``max_bytes`` bytes.
+    ``max_bytes`` bytes and ``max_frames`` arrays stored outside the header.
 
     Example::
 
@@ -495,7 +560,7 @@ def loads(data: Any, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, copy: bool = Fa
     what = "loads"
     view = _as_bytes_view(data, what)
     _check_limit(len(view), max_bytes, what)
-    layout, sizes, body, offset = _read_preamble(view, what)
+    layout, sizes, body, offset = _read_preamble(view, what, _check_max_frames(max_frames))
     if layout == _LAYOUT_FRAMES and sizes:
         raise WireFormatError("loads: this is the header frame of a multi-frame message with {} array "
                               "frames (made by dumps_frames); decode all frames with loads_frames".format(
@@ -514,12 +579,15 @@ def loads(data: Any, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, copy: bool = Fa
     return _decode(body, frames, copy, what)
 
 
-def loads_frames(frames: Sequence[Any], max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, copy: bool = False) -> Any:
+def loads_frames(frames: Sequence[Any], max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, copy: bool = False,
+                 max_frames: int = DEFAULT_MAX_FRAMES) -> Any:
     """Decode the frames made by :func:`dumps_frames` (bytes, memoryview or ``zmq.Frame`` objects).
 
     Arrays are built on the frames' memory without copying: they are read-only unless the frames
     are writable buffers, and they keep the frames alive. ``copy=True`` gives every array its own
-    writable memory. A one-element list holding a :func:`dumps` buffer is accepted too.
+    writable memory. A one-element list holding a :func:`dumps` buffer is accepted too. More than
+    ``max_frames`` array frames, or more than ``max_bytes`` bytes in all, are refused before any
+    frame is looked at further.
 
     Example::
 
@@ -531,13 +599,16 @@ def loads_frames(frames: Sequence[Any], max_bytes: int = DEFAULT_MAX_MESSAGE_BYT
         raise WireFormatError("loads_frames: expected a list of frames, got {}".format(type(frames).__name__))
     if not frames:
         raise WireFormatError("loads_frames: expected at least the header frame, got an empty list")
+    if len(frames) > _check_max_frames(max_frames) + 1:
+        raise WireFormatError("loads_frames: {} frames, more than the header and {} array frames (raise "
+                              "max_frames if such messages are expected)".format(len(frames), max_frames))
     views = [_as_bytes_view(frame, "{} frame {}".format(what, i)) for i, frame in enumerate(frames)]
     _check_limit(sum(len(view) for view in views), max_bytes, what)
     header = views[0]
-    layout, sizes, body, header_end = _read_preamble(header, what)
+    layout, sizes, body, header_end = _read_preamble(header, what, max_frames)
     if layout == _LAYOUT_SINGLE:
         if len(views) == 1:
-            return loads(header, max_bytes=max_bytes, copy=copy)
+            return loads(header, max_bytes=max_bytes, copy=copy, max_frames=max_frames)
         raise WireFormatError("loads_frames: frame 0 is a single-buffer message (made by dumps), but {} "
                               "more frames came with it".format(len(views) - 1))
     if header_end != len(header):
