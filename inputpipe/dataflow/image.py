@@ -1,2 +1,323 @@
-"""(being written)"""
-__all__ = []
+"""Image DataFlows: read image files, and augment image (and coordinate) components of datapoints.
+
+The augmenting flows run an :class:`~inputpipe.dataflow.imgaug.AugmentorList` on each datapoint:
+one transform is drawn from the first image and applied to every listed image and coordinate
+array, so an image, its mask and its keypoints stay aligned. ``reset_state()`` resets the
+augmentors too, so every worker process draws its own random transforms.
+
+Example::
+
+    import numpy as np
+    from inputpipe.dataflow import AugmentImageComponent, DataFromList, imgaug
+    df = DataFromList([[np.zeros((8, 8, 3), "uint8"), 1]], shuffle=False)
+    df = AugmentImageComponent(df, [imgaug.Flip(horiz=True)])
+    df.reset_state()
+    image, label = next(iter(df))
+"""
+import copy as copy_module
+import os
+from typing import Any, Hashable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..utils.logger import get_logger
+from .base import DataFlow, RNGDataFlow, require_rng
+from .common import MapData, MapDataComponent
+
+__all__ = ["ImageFromFile", "AugmentImageComponent", "AugmentImageCoordinates", "AugmentImageComponents"]
+
+logger = get_logger(__name__)
+
+# A failing datapoint is logged with its traceback while there are few failures, then every
+# this many failures (the count is always in the message).
+_LOG_EVERY_N_ERRORS = 100
+_LOG_FIRST_N_ERRORS = 10
+
+
+def import_cv2(component: str) -> Any:
+    """OpenCV, or an ImportError naming ``component`` and the install command (temporary: to be
+    replaced by the imgaug package's helper)."""
+    try:
+        import cv2
+    except ImportError:
+        raise ImportError('{} needs OpenCV: pip install "inputpipe[image]"'.format(component)) from None
+    return cv2
+
+
+def _augmentor_list(augmentors: Any) -> Any:
+    """``augmentors`` itself when it is an AugmentorList, else an AugmentorList of the given list."""
+    from .imgaug import AugmentorList  # the imgaug package is light; imported here to keep cycles out
+
+    if isinstance(augmentors, AugmentorList):
+        return augmentors
+    return AugmentorList(augmentors)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return "an array of shape {} and dtype {}".format(value.shape, value.dtype)
+    return "a {}".format(type(value).__name__)
+
+
+def _check_image(owner: str, key: Hashable, image: Any) -> None:
+    """An image component must be a numpy array (any numeric dtype: tensorpack's check meant to
+    refuse integer images other than uint8 but never did, and inputpipe keeps accepting them)."""
+    if not isinstance(image, np.ndarray):
+        raise TypeError("{}: image component {!r} must be a numpy array, got {}".format(
+            owner, key, _describe(image)))
+
+
+def _check_coords(owner: str, key: Hashable, coords: Any) -> None:
+    """Coordinates must be a float array of shape (N, 2), each row (x, y)."""
+    if not isinstance(coords, np.ndarray) or coords.ndim != 2 or coords.shape[1] != 2 \
+            or not np.issubdtype(coords.dtype, np.floating):
+        raise ValueError("{}: coordinates component {!r} must be a floating point array of shape "
+                         "(N, 2) with rows (x, y), got {}".format(owner, key, _describe(coords)))
+
+
+def _as_mutable(dp: Any) -> Any:
+    """A datapoint whose components can be replaced: a tuple becomes a list (MapData already gave
+    a shallow copy of lists and dicts)."""
+    return list(dp) if isinstance(dp, tuple) else dp
+
+
+class _FailurePolicy:
+    """Counts augmentation failures; with ``catch_exceptions`` a failure skips the datapoint and
+    is logged (rate-limited) instead of raised."""
+
+    def __init__(self, owner: str, catch_exceptions: bool):
+        self.owner = owner
+        self.catch_exceptions = bool(catch_exceptions)
+        self.failures = 0
+
+    def failed(self, err: Exception) -> None:
+        """Called from an ``except`` block: re-raises ``err`` unless failures are caught."""
+        self.failures += 1
+        if not self.catch_exceptions:
+            raise err
+        if self.failures < _LOG_FIRST_N_ERRORS or self.failures % _LOG_EVERY_N_ERRORS == 0:
+            logger.warning("%s: skipped a datapoint whose augmentation failed (%d failure%s so far): "
+                           "%s: %s", self.owner, self.failures, "" if self.failures == 1 else "s",
+                           type(err).__name__, err, exc_info=True)
+
+
+class AugmentImageComponent(MapDataComponent):
+    """Augment one image component (``index``: list index or dict key) of every datapoint.
+
+    ``augmentors`` is a list of :class:`~inputpipe.dataflow.imgaug.ImageAugmentor` (wrapped in an
+    ``AugmentorList``) or an ``AugmentorList``. With ``copy=True`` (default) the augmentors get
+    a copy of the image, so augmentors that work in place cannot change the input flow's data.
+    With ``catch_exceptions=True`` a datapoint whose augmentation raises is skipped and a
+    rate-limited warning is logged; otherwise the exception propagates. A datapoint whose
+    augmentation returns None is skipped too. The component must be a numpy array (checked even
+    with ``catch_exceptions``, as in tensorpack).
+
+    Example::
+
+        import numpy as np
+        from inputpipe.dataflow import AugmentImageComponent, DataFromList, imgaug
+        df = DataFromList([[np.arange(12, dtype="uint8").reshape(2, 2, 3), 7]], shuffle=False)
+        df = AugmentImageComponent(df, [imgaug.Flip(horiz=True, prob=1.0)])
+        df.reset_state()
+        image, label = next(iter(df))     # the image mirrored left-right, label 7
+    """
+
+    def __init__(self, ds: DataFlow, augmentors: Any, index: Hashable = 0, copy: bool = True,
+                 catch_exceptions: bool = False):
+        self.augs = _augmentor_list(augmentors)
+        self._copy = copy
+        self._failures = _FailurePolicy(type(self).__name__, catch_exceptions)
+        super().__init__(ds, self._augment, index)
+
+    def reset_state(self) -> None:
+        self.ds.reset_state()
+        self.augs.reset_state()
+
+    def _augment(self, image: Any) -> Any:
+        _check_image(type(self).__name__, self._index, image)
+        try:
+            if self._copy:
+                image = copy_module.deepcopy(image)
+            return self.augs.augment(image)
+        except Exception as err:  # noqa: BLE001 - the policy re-raises unless asked to skip
+            self._failures.failed(err)
+            return None
+
+
+class AugmentImageCoordinates(MapData):
+    """Augment an image and an array of coordinates of every datapoint with the same transform.
+
+    The coordinates (component ``coords_index``) must be a floating point array of shape (N, 2)
+    whose rows are (x, y); the transform is drawn from the image (component ``img_index``).
+    ``copy`` and ``catch_exceptions`` are as in :class:`AugmentImageComponent`; here the checks
+    of the image and the coordinates count as augmentation failures (caught when asked, as in
+    tensorpack).
+
+    Example::
+
+        import numpy as np
+        from inputpipe.dataflow import AugmentImageCoordinates, DataFromList, imgaug
+        image = np.zeros((4, 6, 3), "uint8")
+        points = np.array([[1.0, 2.0]], dtype="float32")
+        df = AugmentImageCoordinates(DataFromList([[image, points]], shuffle=False),
+                                     [imgaug.Flip(horiz=True, prob=1.0)])
+        df.reset_state()
+        image, points = next(iter(df))    # points is [[5., 2.]]: x mirrored across the width 6
+    """
+
+    def __init__(self, ds: DataFlow, augmentors: Any, img_index: Hashable = 0, coords_index: Hashable = 1,
+                 copy: bool = True, catch_exceptions: bool = False):
+        self.augs = _augmentor_list(augmentors)
+        self._img_index = img_index
+        self._coords_index = coords_index
+        self._copy = copy
+        self._failures = _FailurePolicy(type(self).__name__, catch_exceptions)
+        super().__init__(ds, self._augment)
+
+    def reset_state(self) -> None:
+        self.ds.reset_state()
+        self.augs.reset_state()
+
+    def _augment(self, dp: Any) -> Any:
+        owner = type(self).__name__
+        dp = _as_mutable(dp)
+        try:
+            image, coords = dp[self._img_index], dp[self._coords_index]
+            _check_image(owner, self._img_index, image)
+            _check_coords(owner, self._coords_index, coords)
+            if self._copy:
+                image, coords = copy_module.deepcopy((image, coords))
+            transform = self.augs.get_transform(image)
+            dp[self._img_index] = transform.apply_image(image)
+            dp[self._coords_index] = transform.apply_coords(coords)
+            return dp
+        except Exception as err:  # noqa: BLE001 - the policy re-raises unless asked to skip
+            self._failures.failed(err)
+            return None
+
+
+class AugmentImageComponents(MapData):
+    """Augment several image components and coordinate components with one shared transform.
+
+    The transform is drawn from the first image in ``index`` and applied to every image in
+    ``index`` (e.g. an image and its segmentation mask) and to every (N, 2) float coordinate
+    array in ``coords_index``. ``copy`` and ``catch_exceptions`` are as in
+    :class:`AugmentImageComponent`; the checks of the components count as augmentation failures.
+
+    Example::
+
+        import numpy as np
+        from inputpipe.dataflow import AugmentImageComponents, DataFromList, imgaug
+        image, mask = np.zeros((4, 6, 3), "uint8"), np.zeros((4, 6), "uint8")
+        points = np.array([[1.0, 2.0]], dtype="float32")
+        df = AugmentImageComponents(DataFromList([[image, mask, points]], shuffle=False),
+                                    [imgaug.Flip(horiz=True, prob=1.0)],
+                                    index=(0, 1), coords_index=(2,))
+        df.reset_state()
+        image, mask, points = next(iter(df))
+    """
+
+    def __init__(self, ds: DataFlow, augmentors: Any, index: Sequence[Hashable] = (0, 1),
+                 coords_index: Sequence[Hashable] = (), copy: bool = True, catch_exceptions: bool = False):
+        self.augs = _augmentor_list(augmentors)
+        self._index = tuple(index)
+        self._coords_index = tuple(coords_index)
+        if not self._index:
+            raise ValueError("AugmentImageComponents: index must name at least one image component, "
+                             "got {!r}".format(index))
+        self._copy = copy
+        self._failures = _FailurePolicy(type(self).__name__, catch_exceptions)
+        super().__init__(ds, self._augment)
+
+    def reset_state(self) -> None:
+        self.ds.reset_state()
+        self.augs.reset_state()
+
+    def _augment(self, dp: Any) -> Any:
+        owner = type(self).__name__
+        dp = _as_mutable(dp)
+        copy_of = copy_module.deepcopy if self._copy else _same
+        try:
+            first = self._index[0]
+            image = copy_of(dp[first])
+            _check_image(owner, first, image)
+            transform = self.augs.get_transform(image)
+            dp[first] = transform.apply_image(image)
+            for key in self._index[1:]:
+                _check_image(owner, key, dp[key])
+                dp[key] = transform.apply_image(copy_of(dp[key]))
+            for key in self._coords_index:
+                coords = copy_of(dp[key])
+                _check_coords(owner, key, coords)
+                dp[key] = transform.apply_coords(coords)
+            return dp
+        except Exception as err:  # noqa: BLE001 - the policy re-raises unless asked to skip
+            self._failures.failed(err)
+            return None
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _shape2d(owner: str, size: Union[int, Sequence[int]]) -> Tuple[int, int]:
+    """(h, w) from an int (square) or a pair."""
+    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
+        return int(size), int(size)
+    if isinstance(size, (list, tuple)) and len(size) == 2:
+        return int(size[0]), int(size[1])
+    raise ValueError("{}: resize must be an int or an (h, w) pair, got {!r}".format(owner, size))
+
+
+class ImageFromFile(RNGDataFlow):
+    """Datapoints ``[image]`` read from image files with OpenCV.
+
+    ``channel=3`` gives (h, w, 3) uint8 images in RGB order (a grayscale file is expanded to three
+    channels, as in tensorpack); ``channel=1`` gives (h, w, 1) grayscale images. ``resize`` (an
+    int or an (h, w) pair) resizes every image with bilinear interpolation. With
+    ``shuffle=True`` the files are visited in a new order every epoch, drawn from this flow's
+    RNG (the order of the list you passed is not changed). A file OpenCV cannot read is an
+    ``OSError`` naming it. Needs OpenCV (``pip install "inputpipe[image]"``).
+
+    Example::
+
+        df = ImageFromFile(["a.png", "b.jpg"], channel=3, resize=(64, 64), shuffle=False)
+        df.reset_state()
+        for [image] in df:
+            assert image.shape == (64, 64, 3)
+    """
+
+    def __init__(self, files: Sequence[str], channel: int = 3, resize: Optional[Union[int, Sequence[int]]] = None,
+                 shuffle: bool = False):
+        if not len(files):
+            raise ValueError("ImageFromFile: expected a non-empty list of image files, got an empty {}"
+                             .format(type(files).__name__))
+        self.files: List[str] = [os.fspath(f) for f in files]
+        self.channel = int(channel)
+        if self.channel not in (1, 3):
+            raise ValueError("ImageFromFile: channel must be 1 or 3, got {!r}".format(channel))
+        self.resize = None if resize is None else _shape2d("ImageFromFile", resize)
+        self.shuffle = shuffle
+        import_cv2("ImageFromFile")  # fail at construction, not in a worker, when OpenCV is missing
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __iter__(self) -> Iterator[List[np.ndarray]]:
+        cv2 = import_cv2("ImageFromFile")
+        if self.shuffle:
+            # In place and cumulative over epochs, like tensorpack, but on this flow's own copy.
+            require_rng(self).shuffle(self.files)
+        mode = cv2.IMREAD_GRAYSCALE if self.channel == 1 else cv2.IMREAD_COLOR
+        for fname in list(self.files):
+            image = cv2.imread(fname, mode)
+            if image is None:
+                raise OSError("ImageFromFile: cannot read the image file {!r} (it is missing, unreadable "
+                              "or not in a format OpenCV decodes)".format(fname))
+            if self.channel == 3:
+                image = image[:, :, ::-1]
+            if self.resize is not None:
+                image = cv2.resize(image, (self.resize[1], self.resize[0]))
+            if self.channel == 1:
+                image = image[:, :, np.newaxis]
+            yield [np.ascontiguousarray(image)]

@@ -1,0 +1,223 @@
+"""Where datasets live, and how their standard files are downloaded, verified and unpacked.
+
+A dataset reader names the files it needs as :class:`RemoteFile` entries. A file already in the
+dataset directory is used as it is (like tensorpack, so you can put the files there yourself);
+a missing one is downloaded from its URLs in order into a ``.part`` file, checked against its
+md5 (or, where no checksum is published, its documented size) and only then moved into place.
+Without network access the reader fails at once with a :class:`DatasetDownloadError` that names
+the URL, the directory and every file it expects there.
+
+Example::
+
+    from inputpipe.dataflow.dataset._files import RemoteFile, fetch, get_dataset_path
+    path = fetch(RemoteFile("t10k-labels-idx1-ubyte.gz", ("http://yann.lecun.com/exdb/mnist/",),
+                            md5="ec29112dd5afa0611ce80d1b7f02629c"),
+                 get_dataset_path("mnist_data"), component="Mnist")
+"""
+import hashlib
+import os
+import pickle
+import shutil
+import tarfile
+import urllib.error
+import urllib.request
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ...utils.logger import get_logger
+
+__all__ = ["DatasetDownloadError", "RemoteFile", "get_dataset_path", "fetch", "extract_tar",
+           "load_mat", "load_dataset_pickle"]
+
+logger = get_logger(__name__)
+
+#: Seconds a download may wait for the server (connect or a read) before it is given up.
+DOWNLOAD_TIMEOUT = 30.0
+_CHUNK_BYTES = 1 << 20
+_DEFAULT_ROOT = os.path.join("~", "tensorpack_data")
+
+
+class DatasetDownloadError(OSError):
+    """A dataset file is missing and could not be downloaded, or the download is not the
+    standard file (wrong checksum or size). The message says which URL, which directory and
+    which files to put there by hand.
+
+    Example::
+
+        try:
+            ds = Mnist("train")
+        except DatasetDownloadError as err:
+            print(err)     # ... put train-images-idx3-ubyte.gz, ... into ~/tensorpack_data/mnist_data
+    """
+
+
+class RemoteFile(NamedTuple):
+    """One standard dataset file: its name in the dataset directory, the base URLs to fetch it
+    from (the file name is appended), and its md5 and/or size in bytes when known."""
+
+    name: str
+    base_urls: Tuple[str, ...]
+    md5: Optional[str] = None
+    size: Optional[int] = None
+
+    @property
+    def urls(self) -> Tuple[str, ...]:
+        return tuple(base + self.name for base in self.base_urls)
+
+
+def get_dataset_path(*names: str) -> str:
+    """The default directory of a dataset: ``$INPUTPIPE_DATASET``, else ``$TENSORPACK_DATASET``
+    (so data that tensorpack downloaded is found), else ``~/tensorpack_data``, joined with
+    ``names``. Nothing is created here.
+
+    Example::
+
+        get_dataset_path("mnist_data")     # e.g. '/home/me/tensorpack_data/mnist_data'
+    """
+    root = os.environ.get("INPUTPIPE_DATASET") or os.environ.get("TENSORPACK_DATASET") or _DEFAULT_ROOT
+    return os.path.join(os.path.expanduser(root), *names)
+
+
+def _fetch_url(url: str, destination: str, timeout: float) -> None:
+    """Write the body of ``url`` to ``destination``; raises OSError (URLError, timeouts) on failure."""
+    with urllib.request.urlopen(url, timeout=timeout) as response, open(destination, "wb") as out:
+        shutil.copyfileobj(response, out, _CHUNK_BYTES)
+
+
+def _md5_of(path: str) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(_CHUNK_BYTES), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verify(remote: RemoteFile, path: str, url: str, component: str) -> None:
+    size = os.path.getsize(path)
+    if remote.size is not None and size != remote.size:
+        raise DatasetDownloadError("{}: the file downloaded from {} has {} bytes, but the standard {} has "
+                                   "{}".format(component, url, size, remote.name, remote.size))
+    if remote.md5 is not None:
+        actual = _md5_of(path)
+        if actual != remote.md5:
+            raise DatasetDownloadError("{}: the file downloaded from {} has md5 {}, but the standard {} has "
+                                       "md5 {}".format(component, url, actual, remote.name, remote.md5))
+
+
+def _missing_files_message(component: str, directory: str, expected: Sequence[str]) -> str:
+    return ("put the file{} {} into {} yourself (or pass the directory that holds them) and try "
+            "again".format("s" if len(expected) > 1 else "", ", ".join(expected), directory))
+
+
+def fetch(remote: RemoteFile, directory: str, component: str, expected: Optional[Sequence[str]] = None) -> str:
+    """The path of ``remote`` in ``directory``, downloading and verifying it first when missing.
+
+    ``expected`` lists every file the caller needs in that directory, for the error message
+    (default: just this one). A failed download leaves no partial file behind.
+    """
+    path = os.path.join(directory, remote.name)
+    if os.path.isfile(path):
+        return path
+    expected = list(expected or [remote.name])
+    os.makedirs(directory, exist_ok=True)
+    partial = path + ".part"
+    errors = []
+    for url in remote.urls:
+        logger.info("%s: downloading %s to %s", component, url, path)
+        try:
+            _fetch_url(url, partial, DOWNLOAD_TIMEOUT)
+            _verify(remote, partial, url, component)
+        except DatasetDownloadError as err:
+            errors.append(str(err))
+        except (OSError, ValueError) as err:  # URLError, HTTPError, timeouts, a malformed URL
+            errors.append("{}: cannot download {} ({}: {})".format(component, url, type(err).__name__, err))
+        else:
+            os.replace(partial, path)
+            logger.info("%s: downloaded %s (%d bytes)", component, remote.name, os.path.getsize(path))
+            return path
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
+    raise DatasetDownloadError("{}; {}".format("; ".join(errors), _missing_files_message(component, directory, expected)))
+
+
+def _inside(root: str, member: str) -> bool:
+    target = os.path.realpath(os.path.join(root, member))
+    return target == os.path.realpath(root) or target.startswith(os.path.realpath(root) + os.sep)
+
+
+def extract_tar(path: str, directory: str, component: str) -> None:
+    """Unpack the (gzip) tarball ``path`` into ``directory``; members that would land outside it,
+    links and device files are refused."""
+    with tarfile.open(path, "r:*") as archive:
+        if hasattr(tarfile, "data_filter"):
+            archive.extractall(directory, filter="data")
+            return
+        members = archive.getmembers()
+        for member in members:
+            if not (member.isfile() or member.isdir()) or not _inside(directory, member.name):
+                raise DatasetDownloadError("{}: refusing to unpack {!r} from {} (a link, device or a path "
+                                           "outside {})".format(component, member.name, path, directory))
+        archive.extractall(directory, members=members)
+
+
+def load_mat(path: str, component: str) -> Dict[str, Any]:
+    """A MATLAB .mat file as a dict of arrays, via SciPy (an optional dependency)."""
+    try:
+        import scipy.io
+    except ImportError:
+        raise ImportError("{} reads MATLAB .mat files and needs SciPy: pip install scipy".format(component)) from None
+    return scipy.io.loadmat(path)
+
+
+def _reconstruct_function() -> Any:
+    try:
+        from numpy._core.multiarray import _reconstruct  # numpy >= 2
+    except ImportError:  # pragma: no cover - numpy 1.x
+        from numpy.core.multiarray import _reconstruct
+    return _reconstruct
+
+
+def _scalar_function() -> Any:
+    try:
+        from numpy._core.multiarray import scalar  # numpy >= 2
+    except ImportError:  # pragma: no cover - numpy 1.x
+        from numpy.core.multiarray import scalar
+    return scalar
+
+
+# The only globals a dataset pickle may name: numpy arrays, dtypes and scalars (under numpy 1 and
+# numpy 2 module names) -- the contents of the CIFAR python files. Anything else is refused.
+_ALLOWED_GLOBALS = {
+    ("numpy", "ndarray"): lambda: np.ndarray,
+    ("numpy", "dtype"): lambda: np.dtype,
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct_function,
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct_function,
+    ("numpy.core.multiarray", "scalar"): _scalar_function,
+    ("numpy._core.multiarray", "scalar"): _scalar_function,
+}
+
+
+class _DataOnlyUnpickler(pickle.Unpickler):
+    def __init__(self, f: Any, path: str, component: str, **kwargs: Any):
+        super().__init__(f, **kwargs)
+        self._where = "{}: {}".format(component, path)
+
+    def find_class(self, module: str, name: str) -> Any:
+        make = _ALLOWED_GLOBALS.get((module, name))
+        if make is None:
+            raise pickle.UnpicklingError("{} names {}.{}; a dataset pickle may only hold numpy arrays, "
+                                         "scalars and python data".format(self._where, module, name))
+        return make()
+
+
+def load_dataset_pickle(path: str, component: str, encoding: str = "ASCII") -> Any:
+    """Load a dataset's own pickle file (e.g. a CIFAR batch) that the user pointed at.
+
+    Pickle is the format these datasets are published in; loading the local file is what every
+    reader does. As a safeguard the loader accepts only numpy arrays, dtypes, scalars and plain
+    python data, so a file that tries to run code is refused instead of executed.
+    """
+    with open(path, "rb") as f:
+        return _DataOnlyUnpickler(f, path, component, encoding=encoding).load()

@@ -1,0 +1,98 @@
+"""BSDS500, the Berkeley segmentation dataset, as images and edge-probability maps.
+
+Example::
+
+    from inputpipe.dataflow.dataset import BSDS500
+    ds = BSDS500("val", data_dir="/data/bsds500", shuffle=False)   # holds BSR/
+    ds.reset_state()
+    image, edges = next(iter(ds))     # uint8 (321, 481, 3) BGR, float32 (321, 481) in [0, 1]
+"""
+import glob
+import os
+from typing import Any, Iterator, List, Optional
+
+import numpy as np
+
+from ..base import RNGDataFlow, require_rng
+from ..image import import_cv2
+from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, load_mat
+
+__all__ = ["BSDS500"]
+
+# Only the size of the standard archive is known (tensorpack records it); no checksum is published.
+_REMOTE = RemoteFile("BSR_bsds500.tgz", ("http://www.eecs.berkeley.edu/Research/Projects/CS/vision/grouping/BSR/",),
+                     size=70763455)
+IMG_W, IMG_H = 481, 321
+
+
+class BSDS500(RNGDataFlow):
+    """BSDS500: ``[image, label]``; image a uint8 (321, 481, 3) BGR array, label a float32
+    (321, 481) map whose pixels are the fraction of annotators that marked an edge there.
+    Portrait images and maps are transposed to landscape, as in tensorpack.
+
+    ``name`` is ``'train'``, ``'test'`` or ``'val'``; ``data_dir`` holds the unpacked ``BSR/``
+    folder (default ``~/tensorpack_data/bsds500_data``; when missing the standard archive is
+    downloaded, checked against its documented size, and unpacked). Images are read in sorted
+    file-name order. Needs OpenCV and SciPy.
+
+    Example::
+
+        ds = BSDS500("train")
+        ds.reset_state()
+        for image, edges in ds:
+            ...
+    """
+
+    def __init__(self, name: str, data_dir: Optional[str] = None, shuffle: bool = True):
+        component = type(self).__name__
+        if name not in ("train", "test", "val"):
+            raise ValueError("{}: name must be 'train', 'test' or 'val', got {!r}".format(component, name))
+        data_dir = os.path.expanduser(data_dir) if data_dir is not None else get_dataset_path("bsds500_data")
+        if not os.path.isdir(os.path.join(data_dir, "BSR")):
+            path = fetch(_REMOTE, data_dir, component, expected=[_REMOTE.name + " (or the unpacked folder BSR/)"])
+            extract_tar(path, data_dir, component)
+        self.data_root = os.path.join(data_dir, "BSR", "BSDS500", "data")
+        if not os.path.isdir(self.data_root):
+            raise FileNotFoundError("{}: expected the folder {} inside the unpacked archive".format(
+                component, self.data_root))
+        self.shuffle = shuffle
+        self._load(name)
+
+    def _load(self, name: str) -> None:
+        component = type(self).__name__
+        cv2 = import_cv2(component)
+        image_files = sorted(glob.glob(os.path.join(self.data_root, "images", name, "*.jpg")))
+        gt_dir = os.path.join(self.data_root, "groundTruth", name)
+        self.data = np.zeros((len(image_files), IMG_H, IMG_W, 3), dtype="uint8")
+        self.label = np.zeros((len(image_files), IMG_H, IMG_W), dtype="float32")
+        for idx, fname in enumerate(image_files):
+            image = cv2.imread(fname, cv2.IMREAD_COLOR)
+            if image is None:
+                raise OSError("{}: cannot read the image file {}".format(component, fname))
+            if image.shape[0] > image.shape[1]:
+                image = np.transpose(image, (1, 0, 2))
+            if image.shape[:2] != (IMG_H, IMG_W):
+                raise ValueError("{}: {} is {}x{}, expected {}x{} (or its transpose)".format(
+                    component, fname, image.shape[0], image.shape[1], IMG_H, IMG_W))
+            gt_file = os.path.join(gt_dir, os.path.basename(fname).split(".")[0] + ".mat")
+            annotations = load_mat(gt_file, component)["groundTruth"][0]
+            count = annotations.shape[0]
+            edges = sum(annotations[k]["Boundaries"][0][0] for k in range(count)).astype("float32")
+            edges *= 1.0 / count
+            if edges.shape[0] > edges.shape[1]:
+                edges = edges.transpose()
+            if edges.shape != (IMG_H, IMG_W):
+                raise ValueError("{}: the boundaries in {} are {}, expected {}".format(
+                    component, gt_file, edges.shape, (IMG_H, IMG_W)))
+            self.data[idx] = image
+            self.label[idx] = edges
+
+    def __len__(self) -> int:
+        return self.data.shape[0]
+
+    def __iter__(self) -> Iterator[List[Any]]:
+        order = np.arange(self.data.shape[0])
+        if self.shuffle:
+            require_rng(self).shuffle(order)
+        for k in order:
+            yield [self.data[k], self.label[k]]

@@ -1,0 +1,66 @@
+"""Caltech 101 Silhouettes (28x28, split 1) from the standard .mat file.
+
+Example::
+
+    from inputpipe.dataflow.dataset import Caltech101Silhouettes
+    ds = Caltech101Silhouettes("train", shuffle=False, dir="/data/caltech101")
+    ds.reset_state()
+    image, label = next(iter(ds))      # (28, 28) image in [0, 1], label 0-100
+"""
+import os
+from typing import Any, Iterator, List, Optional
+
+import numpy as np
+
+from ..base import RNGDataFlow, require_rng
+from ._files import RemoteFile, fetch, get_dataset_path, load_mat
+
+__all__ = ["Caltech101Silhouettes"]
+
+# No checksum or size of this file is published (neither by the dataset page nor by tensorpack),
+# so a download is not verified.
+_REMOTE = RemoteFile("caltech101_silhouettes_28_split1.mat", ("https://people.cs.umass.edu/~marlin/data/",))
+
+
+class Caltech101Silhouettes(RNGDataFlow):
+    """Caltech 101 Silhouettes: ``[image, label]``, image a (28, 28) array in [0, 1] with the
+    file's dtype, label in 0-100 (the file's 1-based labels minus one).
+
+    ``name`` is ``'train'``, ``'test'`` or ``'val'``. ``dir`` holds
+    ``caltech101_silhouettes_28_split1.mat`` (default ``~/tensorpack_data/caltech101_data``; a
+    missing file is downloaded, unverified because no checksum is published). Needs SciPy.
+    Images are the file's rows reshaped in C order, as tensorpack does.
+
+    Example::
+
+        ds = Caltech101Silhouettes("val")
+        ds.reset_state()
+        for image, label in ds:
+            ...
+    """
+
+    _DIR_NAME = "caltech101_data"
+
+    def __init__(self, name: str, shuffle: bool = True, dir: Optional[str] = None):
+        component = type(self).__name__
+        if name not in ("train", "test", "val"):
+            raise ValueError("{}: name must be 'train', 'test' or 'val', got {!r}".format(component, name))
+        self.name = name
+        self.shuffle = shuffle
+        directory = os.path.expanduser(dir) if dir is not None else get_dataset_path(self._DIR_NAME)
+        self.data = load_mat(fetch(_REMOTE, directory, component), component)
+        self.images = self.data[name + "_data"].reshape((-1, 28, 28))
+        self.labels = self.data[name + "_labels"].ravel() - 1
+        if self.images.shape[0] != self.labels.shape[0]:
+            raise ValueError("{}: the {} split has {} images but {} labels".format(
+                component, name, self.images.shape[0], self.labels.shape[0]))
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def __iter__(self) -> Iterator[List[Any]]:
+        order = np.arange(len(self))
+        if self.shuffle:
+            require_rng(self).shuffle(order)
+        for k in order:
+            yield [self.images[k], self.labels[k]]

@@ -1,0 +1,125 @@
+"""MNIST and Fashion-MNIST from their standard gzipped IDX files.
+
+Example::
+
+    from inputpipe.dataflow.dataset import Mnist
+    ds = Mnist("test", shuffle=False, dir="/data/mnist")   # the four *-ubyte.gz files
+    ds.reset_state()
+    image, label = next(iter(ds))        # float32 (28, 28) in [0, 1], numpy uint8 label
+"""
+import gzip
+import os
+from typing import Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from ..base import RNGDataFlow, require_rng
+from ._files import RemoteFile, fetch, get_dataset_path
+
+__all__ = ["Mnist", "FashionMnist"]
+
+_IMAGES_MAGIC = 2051
+_LABELS_MAGIC = 2049
+
+
+def _read_idx(path: str, magic: int, ndim: int, component: str) -> np.ndarray:
+    """The uint8 array of a gzipped IDX file whose header is ``magic`` and ``ndim`` big-endian sizes."""
+    with gzip.open(path, "rb") as f:
+        header = np.frombuffer(f.read(4 * (1 + ndim)), dtype=">u4")
+        if header.size != 1 + ndim or int(header[0]) != magic:
+            found = int(header[0]) if header.size else None
+            raise ValueError("{}: {} is not an MNIST IDX file: expected the magic number {}, found {}".format(
+                component, path, magic, found))
+        shape = tuple(int(n) for n in header[1:])
+        count = int(np.prod(shape))
+        data = np.frombuffer(f.read(count), dtype=np.uint8)
+    if data.size != count:
+        raise ValueError("{}: {} is truncated: its header announces {} values of shape {}, the file has {}"
+                         .format(component, path, count, shape, data.size))
+    return data.reshape(shape)
+
+
+class Mnist(RNGDataFlow):
+    """The MNIST digits: datapoints ``[image, label]``, image a float32 (28, 28) array in [0, 1],
+    label a numpy uint8 in 0-9.
+
+    ``train_or_test`` is ``'train'`` (60000 images) or ``'test'`` (10000). ``dir`` holds the
+    standard files (``train-images-idx3-ubyte.gz``, ``train-labels-idx1-ubyte.gz``,
+    ``t10k-images-idx3-ubyte.gz``, ``t10k-labels-idx1-ubyte.gz``); by default
+    ``~/tensorpack_data/mnist_data`` (see :func:`~inputpipe.dataflow.dataset.get_dataset_path`).
+    Missing files are downloaded from the standard URL and checked against their published md5.
+    With ``shuffle=True`` (default) every epoch visits the images in a new order.
+
+    Example::
+
+        ds = Mnist("train")
+        ds.reset_state()
+        for image, label in ds:
+            ...
+    """
+
+    _DIR_NAME = "mnist_data"
+    _SOURCE_URLS: Tuple[str, ...] = ("http://yann.lecun.com/exdb/mnist/",
+                                     "https://ossci-datasets.s3.amazonaws.com/mnist/")
+    _MD5 = {
+        "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+        "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+        "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+        "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+    }
+
+    def __init__(self, train_or_test: str, shuffle: bool = True, dir: Optional[str] = None):
+        component = type(self).__name__
+        if train_or_test not in ("train", "test"):
+            raise ValueError("{}: train_or_test must be 'train' or 'test', got {!r}".format(component, train_or_test))
+        self.train_or_test = train_or_test
+        self.shuffle = shuffle
+        self.dir = os.path.expanduser(dir) if dir is not None else get_dataset_path(self._DIR_NAME)
+        prefix = "train" if train_or_test == "train" else "t10k"
+        image_file, label_file = prefix + "-images-idx3-ubyte.gz", prefix + "-labels-idx1-ubyte.gz"
+        paths = [fetch(RemoteFile(name, self._SOURCE_URLS, md5=self._MD5[name]), self.dir, component,
+                       expected=[image_file, label_file]) for name in (image_file, label_file)]
+        images = _read_idx(paths[0], _IMAGES_MAGIC, 3, component)
+        labels = _read_idx(paths[1], _LABELS_MAGIC, 1, component)
+        if images.shape[0] != labels.shape[0]:
+            raise ValueError("{}: {} has {} images but {} has {} labels".format(
+                component, paths[0], images.shape[0], paths[1], labels.shape[0]))
+        # Scaled once, like tensorpack (float32 division, so values match it bit for bit).
+        self.images = images[:, :, :, np.newaxis].astype(np.float32) / 255.0
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def __iter__(self) -> Iterator[List[object]]:
+        order = np.arange(len(self))
+        if self.shuffle:
+            require_rng(self).shuffle(order)
+        height, width = self.images.shape[1:3]
+        for k in order:
+            yield [self.images[k].reshape((height, width)), self.labels[k]]
+
+
+class FashionMnist(Mnist):
+    """Fashion-MNIST: the same files, datapoints and arguments as :class:`Mnist`, with clothing
+    classes (see :meth:`get_label_names`); default directory ``~/tensorpack_data/fashion_mnist_data``.
+
+    Example::
+
+        ds = FashionMnist("test", shuffle=False)
+        names = ds.get_label_names()      # ['T-shirt/top', 'Trouser', ...]
+    """
+
+    _DIR_NAME = "fashion_mnist_data"
+    _SOURCE_URLS = ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",)
+    _MD5 = {
+        "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+        "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
+        "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
+        "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+    }
+
+    def get_label_names(self) -> List[str]:
+        """The class names, indexed by label (from the Fashion-MNIST dataset page)."""
+        return ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]

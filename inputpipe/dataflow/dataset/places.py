@@ -1,0 +1,83 @@
+"""Places365-Standard (low resolution, "easy directory structure").
+
+Example::
+
+    from inputpipe.dataflow.dataset import Places365Standard
+    ds = Places365Standard("/data/places365_standard", "val")
+    ds.reset_state()
+    image, label = next(iter(ds))      # uint8 (256, 256, 3) BGR, int label
+"""
+import os
+from typing import Any, Iterator, List, Optional
+
+import numpy as np
+
+from ...utils.logger import get_logger
+from ..base import RNGDataFlow, require_rng
+from ..image import import_cv2
+
+__all__ = ["Places365Standard"]
+
+logger = get_logger(__name__)
+
+
+class Places365Standard(RNGDataFlow):
+    """Places365-Standard: ``[image, label]``, image a uint8 BGR array (256x256x3 in the low
+    resolution release), label the index of the class name in the sorted list of class names
+    found in the list file (see :meth:`get_label_names`).
+
+    ``dir`` is the "easy directory structure" folder holding ``train.txt`` / ``val.txt``, whose
+    lines are image paths relative to ``dir`` like ``train/airfield/00000001.jpg`` (the second
+    path element is the class). ``shuffle`` defaults to True for ``'train'``. Needs OpenCV.
+
+    Example::
+
+        ds = Places365Standard("~/data/places365_standard", "train")
+        ds.reset_state()
+        for image, label in ds:
+            ...
+    """
+
+    def __init__(self, dir: str, name: str, shuffle: Optional[bool] = None):
+        component = type(self).__name__
+        if name not in ("train", "val"):
+            raise ValueError("{}: name must be 'train' or 'val', got {!r}".format(component, name))
+        dir = os.path.expanduser(dir)
+        if not os.path.isdir(dir):
+            raise FileNotFoundError("{}: the dataset directory {} does not exist".format(component, dir))
+        self.name = name
+        self.shuffle = name == "train" if shuffle is None else shuffle
+        label_file = os.path.join(dir, name + ".txt")
+        entries = []
+        with open(label_file) as f:
+            for number, line in enumerate(f, 1):
+                relative = line.strip()
+                parts = relative.split("/")
+                if len(parts) < 3:
+                    raise ValueError("{}: line {} of {} should be a path like 'train/<class>/<file>.jpg', got "
+                                     "{!r}".format(component, number, label_file, relative))
+                entries.append((os.path.join(dir, relative), parts[1]))
+        self._labels = sorted({label for _, label in entries})
+        ids = {label: i for i, label in enumerate(self._labels)}
+        self._files = [(path, ids[label]) for path, label in entries]
+        import_cv2(component)
+        logger.info("%s: found %d images in %s", component, len(self._files), label_file)
+
+    def get_label_names(self) -> List[str]:
+        """The class names, indexed by label (sorted alphabetically, as the dataset numbers them)."""
+        return self._labels
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __iter__(self) -> Iterator[List[Any]]:
+        cv2 = import_cv2(type(self).__name__)
+        order = np.arange(len(self._files))
+        if self.shuffle:
+            require_rng(self).shuffle(order)
+        for k in order:
+            fname, label = self._files[k]
+            image = cv2.imread(fname, cv2.IMREAD_COLOR)
+            if image is None:
+                raise OSError("{}: cannot read the image file {}".format(type(self).__name__, fname))
+            yield [image, label]

@@ -1,0 +1,86 @@
+"""SVHN cropped digits (format 2) from the standard ``{train,test,extra}_32x32.mat`` files.
+
+Example::
+
+    from inputpipe.dataflow.dataset import SVHNDigit
+    ds = SVHNDigit("test", data_dir="/data/svhn", shuffle=False)
+    ds.reset_state()
+    image, label = next(iter(ds))       # uint8 (32, 32, 3) in [0, 255], label 0-9
+"""
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ...utils.logger import get_logger
+from ..base import RNGDataFlow, require_rng
+from ._files import RemoteFile, fetch, get_dataset_path, load_mat
+
+__all__ = ["SVHNDigit"]
+
+logger = get_logger(__name__)
+
+_SVHN_URL = "http://ufldl.stanford.edu/housenumbers/"
+_MD5 = {
+    "train": "e26dedcc434d2e4c54c9b2d4a06d8373",
+    "test": "eb5a983be6a315427106f1b164d9cef3",
+    "extra": "a93ce644f1a588dc4d68dda5feec44a7",
+}
+
+
+class SVHNDigit(RNGDataFlow):
+    """The SVHN cropped-digit dataset: ``[image, label]``, image a uint8 (32, 32, 3) array in
+    [0, 255], label a numpy uint8 in 0-9 (the files' label 10 for the digit 0 becomes 0).
+
+    ``name`` is ``'train'``, ``'test'`` or ``'extra'``; ``data_dir`` holds ``<name>_32x32.mat``
+    (default ``~/tensorpack_data/svhn_data``; a missing file is downloaded from the standard URL
+    and checked against its md5). Reading .mat files needs SciPy. Loaded splits are kept in a
+    process-wide cache keyed by file path, so building the same split twice reads it once.
+
+    Example::
+
+        ds = SVHNDigit("train")
+        ds.reset_state()
+        for image, label in ds:
+            ...
+    """
+
+    _Cache: Dict[Tuple[str, str], Tuple[np.ndarray, np.ndarray]] = {}
+
+    def __init__(self, name: str, data_dir: Optional[str] = None, shuffle: bool = True):
+        component = type(self).__name__
+        if name not in ("train", "test", "extra"):
+            raise ValueError("{}: name must be 'train', 'test' or 'extra', got {!r}".format(component, name))
+        self.name = name
+        self.shuffle = shuffle
+        data_dir = os.path.expanduser(data_dir) if data_dir is not None else get_dataset_path("svhn_data")
+        key = (os.path.abspath(data_dir), name)
+        if key not in SVHNDigit._Cache:
+            remote = RemoteFile(name + "_32x32.mat", (_SVHN_URL,), md5=_MD5[name])
+            path = fetch(remote, data_dir, component)
+            logger.info("%s: loading %s", component, path)
+            data = load_mat(path, component)
+            images = data["X"].transpose(3, 0, 1, 2)
+            labels = data["y"].reshape(-1)
+            labels[labels == 10] = 0
+            SVHNDigit._Cache[key] = (images, labels)
+        self.X, self.Y = SVHNDigit._Cache[key]
+
+    def __len__(self) -> int:
+        return self.X.shape[0]
+
+    def __iter__(self) -> Iterator[List[Any]]:
+        order = np.arange(self.X.shape[0])
+        if self.shuffle:
+            require_rng(self).shuffle(order)
+        for k in order:
+            yield [self.X[k], self.Y[k]]
+
+    @staticmethod
+    def get_per_pixel_mean(names: Sequence[str] = ("train", "test", "extra")) -> np.ndarray:
+        """The (32, 32, 3) float64 mean image over the splits ``names`` in the default directory."""
+        for name in names:
+            if name not in ("train", "test", "extra"):
+                raise ValueError("SVHNDigit.get_per_pixel_mean: names must be 'train', 'test' or 'extra', "
+                                 "got {!r}".format(name))
+        return np.concatenate([SVHNDigit(name).X for name in names]).mean(axis=0)
