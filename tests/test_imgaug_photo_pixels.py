@@ -44,6 +44,9 @@ def test_same_pixels_as_tensorpack(index, expression, input_name):
     before = img.copy()
     for draw in range(META["draws"]):
         expected = ARRAYS["case{}_draw{}".format(index, draw)]
+        if expression.startswith("imgaug.MeanVarianceNormalize("):
+            assert expected.dtype == np.float64      # tensorpack's; it documents float32, which inputpipe returns
+            expected = expected.astype(np.float32)
         out = aug.augment(img)
         assert out.dtype == expected.dtype, (out.dtype, expected.dtype)
         assert out.shape == expected.shape, (out.shape, expected.shape)

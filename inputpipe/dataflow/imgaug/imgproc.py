@@ -206,7 +206,7 @@ class MeanVarianceNormalize(PhotometricAugmentor):
             mean = np.mean(img, axis=(0, 1), keepdims=True)
             std = np.std(img, axis=(0, 1), keepdims=True)
         std = np.maximum(std, 1.0 / np.sqrt(np.prod(img.shape)))
-        return (img - mean) / std
+        return ((img - mean) / std).astype(np.float32, copy=False)   # tensorpack: float64 with all_channel
 
 
 class GaussianBlur(PhotometricAugmentor):
