@@ -34,19 +34,15 @@ _LOG_EVERY_N_ERRORS = 100
 _LOG_FIRST_N_ERRORS = 10
 
 
-def import_cv2(component: str) -> Any:
-    """OpenCV, or an ImportError naming ``component`` and the install command (temporary: to be
-    replaced by the imgaug package's helper)."""
-    try:
-        import cv2
-    except ImportError:
-        raise ImportError('{} needs OpenCV: pip install "inputpipe[image]"'.format(component)) from None
-    return cv2
+def _import_cv2(component: str) -> Any:
+    from .imgaug._cv2 import import_cv2  # the imgaug package is imported on first use only
+
+    return import_cv2(component)
 
 
 def _augmentor_list(augmentors: Any) -> Any:
     """``augmentors`` itself when it is an AugmentorList, else an AugmentorList of the given list."""
-    from .imgaug import AugmentorList  # the imgaug package is light; imported here to keep cycles out
+    from .imgaug import AugmentorList
 
     if isinstance(augmentors, AugmentorList):
         return augmentors
@@ -60,11 +56,12 @@ def _describe(value: Any) -> str:
 
 
 def _check_image(owner: str, key: Hashable, image: Any) -> None:
-    """An image component must be a numpy array (any numeric dtype: tensorpack's check meant to
-    refuse integer images other than uint8 but never did, and inputpipe keeps accepting them)."""
-    if not isinstance(image, np.ndarray):
-        raise TypeError("{}: image component {!r} must be a numpy array, got {}".format(
-            owner, key, _describe(image)))
+    """An image component must be an HW or HWC numpy array of any numeric dtype (tensorpack's
+    check meant to refuse integer images other than uint8 but never did; inputpipe keeps
+    accepting them)."""
+    from .imgaug.base import check_image
+
+    check_image("{} (component {!r})".format(owner, key), image)
 
 
 def _check_coords(owner: str, key: Hashable, coords: Any) -> None:
@@ -260,13 +257,10 @@ def _same(value: Any) -> Any:
     return value
 
 
-def _shape2d(owner: str, size: Union[int, Sequence[int]]) -> Tuple[int, int]:
-    """(h, w) from an int (square) or a pair."""
-    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
-        return int(size), int(size)
-    if isinstance(size, (list, tuple)) and len(size) == 2:
-        return int(size[0]), int(size[1])
-    raise ValueError("{}: resize must be an int or an (h, w) pair, got {!r}".format(owner, size))
+def _imgaug_shape2d(component: str, size: Any) -> Tuple[int, int]:
+    from .imgaug.base import shape2d
+
+    return shape2d(component, size)
 
 
 class ImageFromFile(RNGDataFlow):
@@ -296,15 +290,15 @@ class ImageFromFile(RNGDataFlow):
         self.channel = int(channel)
         if self.channel not in (1, 3):
             raise ValueError("ImageFromFile: channel must be 1 or 3, got {!r}".format(channel))
-        self.resize = None if resize is None else _shape2d("ImageFromFile", resize)
+        self.resize = None if resize is None else _imgaug_shape2d("ImageFromFile", resize)
         self.shuffle = shuffle
-        import_cv2("ImageFromFile")  # fail at construction, not in a worker, when OpenCV is missing
+        _import_cv2("ImageFromFile")  # fail at construction, not in a worker, when OpenCV is missing
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __iter__(self) -> Iterator[List[np.ndarray]]:
-        cv2 = import_cv2("ImageFromFile")
+        cv2 = _import_cv2("ImageFromFile")
         if self.shuffle:
             # In place and cumulative over epochs, like tensorpack, but on this flow's own copy.
             require_rng(self).shuffle(self.files)

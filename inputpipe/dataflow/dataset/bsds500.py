@@ -14,7 +14,7 @@ from typing import Any, Iterator, List, Optional
 import numpy as np
 
 from ..base import RNGDataFlow, require_rng
-from ..image import import_cv2
+from ..imgaug._cv2 import import_cv2
 from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, load_mat
 
 __all__ = ["BSDS500"]

@@ -17,7 +17,7 @@ import numpy as np
 
 from ...utils.logger import get_logger
 from ..base import RNGDataFlow, require_rng
-from ..image import import_cv2
+from ..imgaug._cv2 import import_cv2
 from ._files import RemoteFile, extract_tar, fetch, get_dataset_path
 
 __all__ = ["ILSVRCMeta", "ILSVRC12", "ILSVRC12Files", "TinyImageNet"]

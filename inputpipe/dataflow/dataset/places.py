@@ -14,7 +14,7 @@ import numpy as np
 
 from ...utils.logger import get_logger
 from ..base import RNGDataFlow, require_rng
-from ..image import import_cv2
+from ..imgaug._cv2 import import_cv2
 
 __all__ = ["Places365Standard"]
 
