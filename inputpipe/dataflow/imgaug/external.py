@@ -38,6 +38,7 @@ class IAATransform(Transform):
             aug: a deterministic imgaug augmenter (from ``to_deterministic()``).
             img_shape: shape of the image the coordinates belong to.
         """
+        super().__init__()
         self.aug = aug
         self.img_shape = img_shape
 
@@ -101,6 +102,7 @@ class AlbumentationsTransform(Transform):
             aug: an albumentations ``BasicTransform``.
             param: the keyword arguments its ``get_params()`` drew.
         """
+        super().__init__()
         self.aug = aug
         self.param = param
 
