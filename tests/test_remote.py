@@ -179,3 +179,115 @@ def test_a_sender_without_receiver_warns_then_gives_up_after_its_timeout(caplog)
     assert "no receiver took a datapoint at tcp://127.0.0.1:9 for 0.6 s" in str(info.value)
     assert "RemoteDataZMQ or ZMQInput" in str(info.value)
     assert any("no receiver has taken a datapoint at tcp://127.0.0.1:9" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------------------ bounded messages
+
+def _push_socket(endpoint):
+    context = zmq.Context()
+    sender = context.socket(zmq.PUSH)
+    sender.connect(endpoint)
+    return context, sender
+
+
+def test_a_message_of_many_tiny_frames_is_discarded_unread_with_little_memory(monkeypatch, caplog):
+    import tracemalloc
+
+    from inputpipe.dataflow import remote
+
+    decoded = []
+    real_loads_frames = serialize.loads_frames
+    monkeypatch.setattr(remote.serialize, "loads_frames",
+                        lambda frames, **kw: decoded.append(len(frames)) or real_loads_frames(frames, **kw))
+    n_frames = 200000
+    good = serialize.dumps_frames([1, "after"])
+    with RemoteDataZMQ("tcp://127.0.0.1:*", max_frames=1000) as df:
+        df.reset_state()
+        context, sender = _push_socket(df.endpoints[0])
+        try:
+            header = serialize.dumps_frames([np.zeros(5000, np.uint8)])[0]
+            sender.send_multipart([header] + [b""] * n_frames)
+            sender.send_multipart(good)
+            deadline = time.monotonic() + TIMEOUT
+            while not sender.poll(0, zmq.POLLOUT) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.2)           # the whole multipart message is in the receiver's queue
+            tracemalloc.start()
+            try:
+                with caplog.at_level(logging.WARNING, logger="inputpipe"):
+                    dp = _receive(df, 1)[0]
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+        finally:
+            sender.close(linger=0)
+            context.term()
+    assert dp == [1, "after"]
+    assert df.rejected == 1
+    assert decoded == [1]                 # only the good message reached the decoder
+    assert peak < 2 << 20, peak           # never a list of 200001 frames (that would be > 10 MB)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["RemoteDataZMQ dropped a bad message (1 so far): message of 200001 frames, more than "
+                        "the header and 1000 array frames; it was discarded unread (raise max_frames/max_bytes "
+                        "if such messages are expected)"]
+
+
+def test_total_bytes_over_the_limit_across_frames_is_discarded_before_decoding(monkeypatch):
+    from inputpipe.dataflow import remote
+
+    monkeypatch.setattr(remote.serialize, "loads_frames", lambda *a, **kw: pytest.fail("decoded"))
+    with RemoteDataZMQ("tcp://127.0.0.1:*", max_bytes=100000) as df:
+        df.reset_state()
+        context, sender = _push_socket(df.endpoints[0])
+        try:
+            # each frame is below the per-frame cap (zmq.MAXMSGSIZE), the message is above the limit
+            frames = serialize.dumps_frames([np.ones(60000, np.uint8), np.ones(60000, np.uint8)])
+            assert all(len(bytes(f)) <= 100000 for f in frames)
+            sender.send_multipart(frames, copy=False)
+            deadline = time.monotonic() + TIMEOUT
+            while df.rejected == 0:
+                assert time.monotonic() < deadline, "the message was never received"
+                assert df.receive(0.05) is None
+        finally:
+            sender.close(linger=0)
+            context.term()
+    assert df.rejected == 1
+
+
+def test_a_frame_above_the_cap_is_refused_by_the_socket_option():
+    with RemoteDataZMQ("tcp://127.0.0.1:*", max_bytes=12345) as df:
+        df.reset_state()
+        assert df._socket.getsockopt(zmq.MAXMSGSIZE) == 12345
+
+
+def test_rejection_warnings_are_rate_limited_and_the_counter_counts_all(caplog, monkeypatch):
+    from inputpipe.dataflow import remote
+
+    with RemoteDataZMQ("tcp://127.0.0.1:*") as df:
+        df.reset_state()
+        context, sender = _push_socket(df.endpoints[0])
+        try:
+            with caplog.at_level(logging.WARNING, logger="inputpipe"):
+                for i in range(25):
+                    sender.send(b"garbage %d" % i)
+                sender.send_multipart(serialize.dumps_frames(["good"]))
+                assert _receive(df, 1) == [["good"]]
+                assert df.rejected == 25
+                shown = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+                assert len(shown) == remote.REJECTION_LOG_BURST == 10
+                monkeypatch.setattr(remote, "REJECTION_LOG_INTERVAL", 0.0)
+                df.close()                       # flushes the summary of the hidden ones
+        finally:
+            sender.close(linger=0)
+            context.term()
+    shown = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(shown) == 11
+    assert shown[-1].startswith("RemoteDataZMQ dropped 15 more bad messages (25 so far; not logged one by one); "
+                                "the latest: loads_frames: not an inputpipe wire-format message")
+
+
+def test_bad_limits_are_refused():
+    with pytest.raises(ValueError, match=r"RemoteDataZMQ: max_frames must be an int >= 0, got -1"):
+        RemoteDataZMQ(8877, max_frames=-1)
+    with pytest.raises(ValueError, match=r"RemoteDataZMQ: max_bytes must be an int >= 1, got 0"):
+        RemoteDataZMQ(8877, max_bytes=0)

@@ -2,9 +2,11 @@
 
 ``send_dataflow_zmq`` pushes datapoints from anywhere; :class:`RemoteDataZMQ` receives them as a
 DataFlow. Messages are :mod:`inputpipe.utils.serialize` frames sent and received without copying
-(``copy=False``); they are data, never code (nothing is unpickled), and a message that is
-malformed, truncated or larger than ``max_bytes`` is dropped with a logged warning while good
-messages keep flowing. Addresses without a host (``8877``, ``"tcp://:8877"``) mean 127.0.0.1;
+(``copy=False``); they are data, never code (nothing is unpickled). A message is bounded as a
+whole: a frame above ``max_bytes`` is refused by ZeroMQ itself (``zmq.MAXMSGSIZE``), and a
+message of more than ``max_frames`` array frames or ``max_bytes`` bytes in all is refused while
+its frames are counted, before anything is decoded. Refused, malformed or truncated messages are
+counted (``rejected``) and dropped with rate-limited warnings while good messages keep flowing. Addresses without a host (``8877``, ``"tcp://:8877"``) mean 127.0.0.1;
 listening on other interfaces must be asked for explicitly (e.g. ``"tcp://0.0.0.0:8877"``).
 
 Example::
@@ -32,6 +34,11 @@ from .base import DataFlow, DataFlowReentrantGuard
 __all__ = ["send_dataflow_zmq", "RemoteDataZMQ"]
 
 logger = get_logger(__name__)
+
+#: Bad messages a receiver warns about one by one in each ``REJECTION_LOG_INTERVAL``; beyond that,
+#: one summary per interval.
+REJECTION_LOG_BURST = 10
+REJECTION_LOG_INTERVAL = 10.0
 
 #: Seconds ``send_dataflow_zmq`` keeps trying to deliver queued datapoints after its last epoch.
 SEND_LINGER_SECONDS = 10.0
@@ -140,6 +147,100 @@ def _send_waiting(socket: zmq.Socket, frames: List[Any], endpoint: str, timeout:
                 warned = True
 
 
+class MessageRejected(serialize.WireFormatError):
+    """A message refused by a socket reader for its size or number of frames (before decoding).
+
+    Example::
+
+        try:
+            frames = receive_bounded(socket, max_frames=16, max_bytes=1 << 20)
+        except MessageRejected as err:
+            logger.warning("%s", err)
+    """
+
+
+def receive_bounded(socket: zmq.Socket, max_frames: int, max_bytes: int) -> List[zmq.Frame]:
+    """The frames of the next message on ``socket`` (which must have one ready), without copying.
+
+    Frames are taken one by one and counted; once the message has more than ``1 + max_frames``
+    frames or more than ``max_bytes`` bytes, the rest of it is received and discarded without
+    being kept, and :class:`MessageRejected` is raised (so a message of millions of tiny frames
+    never becomes a list of millions of objects).
+
+    Example::
+
+        if socket.poll(100):
+            frames = receive_bounded(socket, max_frames=64, max_bytes=1 << 26)
+    """
+    frame = socket.recv(copy=False)
+    frames, total = [frame], len(frame)
+    while len(frames) <= max_frames + 1 and total <= max_bytes:
+        if not frame.more:
+            return frames
+        frame = socket.recv(copy=False)
+        frames.append(frame)
+        total += len(frame)
+    counted = len(frames)
+    dropped = counted + (_discard_rest(socket) if frame.more else 0)
+    if counted > max_frames + 1:
+        what = "{} frames, more than the header and {} array frames".format(dropped, max_frames)
+    else:
+        what = "{} frames exceeds the limit of {} bytes ({} bytes in its first {} frames)".format(
+            dropped, max_bytes, total, counted)
+    raise MessageRejected("message of {}; it was discarded unread (raise max_frames/max_bytes if such "
+                          "messages are expected)".format(what))
+
+
+def _discard_rest(socket: zmq.Socket) -> int:
+    """Receive and drop the remaining frames of the current message; returns how many."""
+    count = 0
+    while socket.getsockopt(zmq.RCVMORE):
+        socket.recv(copy=False)
+        count += 1
+    return count
+
+
+class RejectionLog:
+    """Counts the messages a receiver drops and warns about them without flooding the log: each of
+    the first ``REJECTION_LOG_BURST`` in a ``REJECTION_LOG_INTERVAL`` is logged, later ones are
+    summed up in one warning per interval.
+
+    Example::
+
+        rejections = RejectionLog("MyReceiver")
+        rejections.record(err)          # rejections.count == 1
+    """
+
+    def __init__(self, owner: str):
+        self.owner = owner
+        self.count = 0
+        self._window_start = time.monotonic()
+        self._shown = 0
+        self._hidden = 0
+        self._latest: Optional[BaseException] = None
+
+    def record(self, err: BaseException) -> None:
+        """Count one dropped message and maybe warn about it."""
+        self.count += 1
+        now = time.monotonic()
+        if now - self._window_start >= REJECTION_LOG_INTERVAL:
+            self.flush()
+            self._window_start, self._shown = now, 0
+        if self._shown < REJECTION_LOG_BURST:
+            self._shown += 1
+            logger.warning("%s dropped a bad message (%d so far): %s", self.owner, self.count, err)
+        else:
+            self._hidden += 1
+            self._latest = err
+
+    def flush(self) -> None:
+        """Warn about the messages dropped since the last warning, if any."""
+        if self._hidden:
+            logger.warning("%s dropped %d more bad messages (%d so far; not logged one by one); the latest: %s",
+                           self.owner, self._hidden, self.count, self._latest)
+            self._hidden, self._latest = 0, None
+
+
 def _close_socket(socket: zmq.Socket, context: zmq.Context, ipc_paths: List[str]) -> None:
     socket.close(linger=0)
     context.term()
@@ -155,8 +256,15 @@ class RemoteDataZMQ(DataFlow):
     :func:`inputpipe.utils.serialize.dumps_frames` messages) as an endless DataFlow.
 
     Listens (``bind=True``) on ``addr1`` and, if given, ``addr2``; a bare port or ``tcp://:port``
-    means 127.0.0.1. Arrays are built on the received ZeroMQ frames without a copy. Messages larger than ``max_bytes`` (a frame above it makes ZeroMQ drop
-    the connection, which the sender re-opens), malformed or truncated are dropped with a warning.
+    means 127.0.0.1. Arrays are built on the received ZeroMQ frames without a copy.
+
+    Every message is bounded: a single frame above ``max_bytes`` makes ZeroMQ drop the
+    connection before the frame is read (``zmq.MAXMSGSIZE``; the sender re-opens it, and the
+    message is not counted here), and a message with more than ``max_frames`` array frames or
+    more than ``max_bytes`` bytes in all is discarded while its frames are counted, before any
+    object is built (see :func:`receive_bounded`). Such messages, and malformed or truncated ones,
+    are dropped, counted in ``rejected`` and logged (one by one up to ``REJECTION_LOG_BURST`` per
+    ``REJECTION_LOG_INTERVAL`` seconds, then summed up).
 
     :meth:`receive` waits for one datapoint with a timeout, for callers that must stay responsive
     (e.g. a TF InputSource thread). ``close()`` (also on garbage collection) closes the socket
@@ -172,18 +280,29 @@ class RemoteDataZMQ(DataFlow):
     """
 
     def __init__(self, addr1: Union[str, int], addr2: Union[str, int, None] = None, hwm: int = 50,
-                 bind: bool = True, *, max_bytes: int = serialize.DEFAULT_MAX_MESSAGE_BYTES):
+                 bind: bool = True, *, max_bytes: int = serialize.DEFAULT_MAX_MESSAGE_BYTES,
+                 max_frames: int = serialize.DEFAULT_MAX_FRAMES):
         self.addresses = [normalize_address(a) for a in (addr1, addr2) if a is not None]
         self.hwm = hwm
         self.bind = bind
+        for name, value in (("max_bytes", max_bytes), ("max_frames", max_frames)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < (name == "max_bytes"):
+                raise ValueError("{}: {} must be an int >= {}, got {!r}".format(
+                    type(self).__name__, name, int(name == "max_bytes"), value))
         self.max_bytes = max_bytes
-        self.rejected = 0
+        self.max_frames = max_frames
+        self._rejections = RejectionLog(type(self).__name__)
         self._socket = None
         self._endpoints: List[str] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._finalizer = None
         self._guard = DataFlowReentrantGuard(type(self).__name__)
+
+    @property
+    def rejected(self) -> int:
+        """How many messages were dropped as too large, too many frames, malformed or truncated."""
+        return self._rejections.count
 
     @property
     def endpoints(self) -> List[str]:
@@ -222,12 +341,15 @@ class RemoteDataZMQ(DataFlow):
         with self._lock:
             if self._closed.is_set() or not self._socket.poll(int(timeout * 1000)):
                 return None
-            frames = self._socket.recv_multipart(copy=False)
+            try:
+                frames = receive_bounded(self._socket, self.max_frames, self.max_bytes)
+            except MessageRejected as err:
+                self._rejections.record(err)
+                return None
         try:
-            return serialize.loads_frames(frames, max_bytes=self.max_bytes)
+            return serialize.loads_frames(frames, max_bytes=self.max_bytes, max_frames=self.max_frames)
         except serialize.WireFormatError as err:
-            self.rejected += 1
-            logger.warning("%s dropped a bad message (%d so far): %s", type(self).__name__, self.rejected, err)
+            self._rejections.record(err)
             return None
 
     def __iter__(self) -> Iterator[Any]:
@@ -240,6 +362,7 @@ class RemoteDataZMQ(DataFlow):
     def close(self) -> None:
         """Close the socket (safe from another thread) and remove ipc:// socket files."""
         self._closed.set()
+        self._rejections.flush()
         if self._finalizer is not None:
             with self._lock:
                 self._finalizer()
