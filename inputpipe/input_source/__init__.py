@@ -14,7 +14,7 @@ Example::
         run(train_op)
 """
 from .errors import InputSourceError
-from .base import InputSource, InputSourceHook, InputStepHook, Tower
+from .base import FeedfreeInput, InputSource, InputSourceHook, InputStepHook, Tower
 from .stats import InputStats
 from .session import HookedSession, hooked_session
 from .feed import PlaceholderInput, FeedInput
@@ -24,9 +24,10 @@ from .dataset import TFDatasetInput
 from .tensor import TensorInput, DummyConstantInput
 from .remap import remap_input_source, RemappedInput
 from .zmq import ZMQInput
+from . import input_source, input_source_base  # noqa: F401,E402  (tensorpack's module paths)
 
 __all__ = [
-    "InputSource", "InputSourceHook", "InputStepHook", "InputSourceError", "InputStats", "Tower",
+    "InputSource", "FeedfreeInput", "InputSourceHook", "InputStepHook", "InputSourceError", "InputStats", "Tower",
     "HookedSession", "hooked_session",
     "PlaceholderInput", "FeedInput", "QueueInput", "BatchQueueInput", "StagingInput",
     "TFDatasetInput", "TensorInput", "DummyConstantInput", "remap_input_source", "RemappedInput", "ZMQInput",

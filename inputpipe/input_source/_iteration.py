@@ -1,10 +1,13 @@
-"""Iterating a DataFlow for an InputSource: epochs, the empty-epoch guard, end of data."""
+"""Iterating a DataFlow for an InputSource: epochs, the empty-epoch guard, end of data, closing."""
 from typing import Any, Iterator
 
 from ..dataflow.base import DataFlowTerminated
+from ..utils.logger import get_logger
 from .errors import InputSourceError
 
-__all__ = ["iterate_datapoints", "EndOfData"]
+__all__ = ["iterate_datapoints", "EndOfData", "close_dataflow"]
+
+logger = get_logger(__name__)
 
 
 class EndOfData(Exception):
@@ -30,3 +33,20 @@ def iterate_datapoints(ds: Any, infinite: bool, owner: str) -> Iterator[Any]:
         if count == 0:
             raise InputSourceError("{}: the DataFlow {} produced no datapoint in an epoch, so it cannot be "
                                    "repeated; is it an exhausted generator?".format(owner, type(ds).__name__))
+
+
+def close_dataflow(ds: Any, owner: str) -> None:
+    """Close ``ds`` and every DataFlow it wraps (the ``.ds`` chain), so worker processes and
+    threads anywhere in the chain stop now rather than at garbage collection. ``close()`` is
+    idempotent, so a flow that forwards it down the chain itself is simply closed twice; a flow
+    without ``close()`` is passed over. Errors are logged, not raised (this runs at shutdown)."""
+    seen = set()
+    while ds is not None and id(ds) not in seen:
+        seen.add(id(ds))
+        closer = getattr(ds, "close", None)
+        if callable(closer):
+            try:
+                closer()
+            except Exception:
+                logger.warning("%s: closing %s failed", owner, type(ds).__name__, exc_info=True)
+        ds = getattr(ds, "ds", None)

@@ -24,11 +24,13 @@ import tensorflow as tf
 
 from ..utils.logger import get_logger
 from .dependency import FetchDependencies
-from .errors import InputSourceError
+from .errors import InputSourceError, failure_error
+from .placement import on_host
+from .session import hooked_session
 from .signature import normalize_signature
 from .stats import InputStats
 
-__all__ = ["InputSource", "InputSourceHook", "InputStepHook", "Tower", "timed_input"]
+__all__ = ["InputSource", "FeedfreeInput", "InputSourceHook", "InputStepHook", "Tower", "timed_input"]
 
 logger = get_logger(__name__)
 
@@ -61,14 +63,17 @@ class Tower:
 
 def timed_input(make_outputs: Callable[[], Any]):
     """Build ``make_outputs()`` between two ``tf.timestamp`` ops; returns ``(outputs, wait)``
-    where ``wait`` is the number of seconds the producing op blocked in the step."""
-    start = tf.timestamp(name="input_wait_start")
-    with tf.control_dependencies([start]):
-        outputs = make_outputs()
-    flat = [t for t in tf.nest.flatten(outputs) if t is not None]
-    with tf.control_dependencies([t.op for t in flat]):
-        end = tf.timestamp(name="input_wait_end")
-    return outputs, tf.subtract(end, start, name="input_wait_seconds")
+    where ``wait`` is the number of seconds the producing op blocked in the step. Everything is
+    placed on the host (CPU) of the current device scope: timestamps and the producing ops
+    (dequeues, iterators) have no GPU kernels."""
+    with on_host():
+        start = tf.timestamp(name="input_wait_start")
+        with tf.control_dependencies([start]):
+            outputs = make_outputs()
+        flat = [t for t in tf.nest.flatten(outputs) if t is not None]
+        with tf.control_dependencies([t.op for t in flat]):
+            end = tf.timestamp(name="input_wait_end")
+        return outputs, tf.subtract(end, start, name="input_wait_seconds")
 
 
 class InputSource:
@@ -110,6 +115,11 @@ class InputSource:
         default graph. Returns ``get_hooks()``."""
         if self._specs is not None:
             raise RuntimeError("{}.setup() was already called".format(self.name))
+        if tf.executing_eagerly():
+            raise RuntimeError(
+                "{}.setup() builds graph ops, but TensorFlow is executing eagerly; build the model in graph "
+                "mode: call tf.compat.v1.disable_eager_execution() at start, or build inside "
+                "`with tf.Graph().as_default():`".format(self.name))
         specs = normalize_signature(input_signature, self.name)
         self._graph = tf.compat.v1.get_default_graph()
         self._specs = specs
@@ -155,11 +165,16 @@ class InputSource:
         raise NotImplementedError("{} has no known size".format(self.name))
 
     def close(self) -> None:
-        """Stop every thread the source started. Idempotent."""
+        """Stop every thread the source started and close its DataFlow (which stops the DataFlow's
+        worker processes and threads). Idempotent. The end of a session (leaving
+        :meth:`session`, the end of a ``MonitoredSession``) does the same."""
         if self._closed:
             return
         self._closed = True
-        self._stop(None)
+        try:
+            self._stop(None)
+        finally:
+            self._close_data()
 
     def session(self, session: tf.compat.v1.Session) -> "Any":
         """A context manager running this source's hooks around a plain ``tf.compat.v1.Session``.
@@ -169,7 +184,6 @@ class InputSource:
             with tf.compat.v1.Session(graph=g) as sess, source.session(sess) as run:
                 run(train_op)
         """
-        from .session import hooked_session
         return hooked_session(session, self)
 
     def __enter__(self):
@@ -195,6 +209,15 @@ class InputSource:
 
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
         pass
+
+    def _close_data(self) -> None:
+        """Close what the source reads from (e.g. its DataFlow chain, see
+        :func:`~inputpipe.input_source._iteration.close_dataflow`); called after ``_stop``."""
+
+    def _raise_failure_before_step(self) -> None:
+        """Called before every step: raise a background failure that must stop training now.
+        Wrappers that still hold good batches read before the failure defer it (StagingInput)."""
+        self.raise_if_failed()
 
     def _last_tower(self) -> Tower:
         """The :class:`Tower` of the latest ``get_input_tensors()`` call (wrappers delegate)."""
@@ -236,10 +259,8 @@ class InputSource:
     def _set_failure(self, err: BaseException) -> None:
         """Record a background failure (first one wins), as an InputSourceError naming this source."""
         if not isinstance(err, InputSourceError):
-            wrapped = InputSourceError("{}: {}: {} (raised while preparing input in a background thread)".format(
-                self.name, type(err).__name__, err))
-            wrapped.__cause__ = err
-            err = wrapped
+            err = failure_error("{}: {}: {} (raised while preparing input in a background thread)".format(
+                self.name, type(err).__name__, err), err)
         with self._failure_lock:
             if self._failure is None:
                 self._failure = err
@@ -249,15 +270,31 @@ class InputSource:
         return self._failure
 
     def raise_if_failed(self) -> None:
-        """Raise the source's background failure in the calling (training) thread."""
+        """Raise the source's background failure in the calling (training) thread, as an
+        :class:`InputSourceError` that is also of the original exception's type (see
+        :func:`~inputpipe.input_source.errors.failure_error`)."""
         err = self.failure()
         if err is None:
             return
-        raise InputSourceError(str(err)) from (err.__cause__ or err)
+        cause = err.__cause__ or err
+        raise failure_error(str(err), cause) from cause
 
     def _require_setup(self) -> None:
         if self._specs is None:
             raise RuntimeError("{}: call setup(input_signature) first".format(self.name))
+
+
+class FeedfreeInput(InputSource):
+    """Base class of the sources whose tensors need no ``feed_dict`` (tensorpack's name): the
+    data comes from ops in the graph (a queue, a staging area, a ``tf.data`` iterator, tensors).
+    :class:`QueueInput`, :class:`StagingInput`, :class:`TFDatasetInput`, :class:`TensorInput`,
+    :class:`DummyConstantInput` and :class:`ZMQInput` are instances of it.
+
+    Example::
+
+        if isinstance(source, FeedfreeInput):
+            source = StagingInput(source)
+    """
 
 
 class InputSourceHook(tf.compat.v1.train.SessionRunHook):
@@ -276,7 +313,10 @@ class InputSourceHook(tf.compat.v1.train.SessionRunHook):
         self.source._start(session, coord)
 
     def end(self, session) -> None:
-        self.source._stop(session)
+        try:
+            self.source._stop(session)
+        finally:
+            self.source._close_data()
 
 
 class InputStepHook(tf.compat.v1.train.SessionRunHook):
@@ -304,7 +344,7 @@ class InputStepHook(tf.compat.v1.train.SessionRunHook):
         if self._step is not None:        # the previous consuming run raised: after_run never came
             self._step = None
             source._step_failed(run_context.session)
-        source.raise_if_failed()
+        source._raise_failure_before_step()
         args = run_context.original_args
         executed = self._deps.executed_ops(args.fetches, args.feed_dict)
         consumed = [i for i, t in enumerate(source._towers) if any(op in executed for op in t.consume_ops)]

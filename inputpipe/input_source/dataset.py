@@ -11,8 +11,11 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import tensorflow as tf
 
-from .base import InputSource, Tower, timed_input
+from ..utils.arguments import ArgumentKindError, is_dataflow
+from .base import FeedfreeInput, Tower, timed_input
 from .errors import InputSourceError
+from ._iteration import close_dataflow
+from .placement import on_host
 from .signature import DatapointConverter
 
 __all__ = ["TFDatasetInput"]
@@ -27,9 +30,46 @@ def _filler(spec: tf.TensorSpec) -> tf.Tensor:
     return tf.zeros([0 if d is None else d for d in spec.shape.as_list()], spec.dtype)
 
 
-class TFDatasetInput(InputSource):
+def _needs_shape_check(declared: tf.TensorShape, required: tf.TensorShape) -> bool:
+    """True when ``required`` (the signature) fixes something ``declared`` (the dataset) leaves open."""
+    if required.rank is None:
+        return False
+    if declared.rank is None:
+        return True
+    return any(want is not None and have is None for want, have in zip(required.as_list(), declared.as_list()))
+
+
+def _checked(tensor: tf.Tensor, spec: tf.TensorSpec, index: int, owner: str) -> tf.Tensor:
+    """``tensor`` after a run-time check that its shape fits ``spec`` (an error naming ``owner``,
+    the component, the expected and the actual shape), with the static shape set to ``spec``'s."""
+    actual = tf.shape(tensor, out_type=tf.int64)
+    rank = spec.shape.rank
+    fits = tf.equal(tf.size(actual), rank)
+    known = [(i, d) for i, d in enumerate(spec.shape.as_list()) if d is not None]
+    if known:
+        padded = tf.concat([actual, tf.zeros([rank], tf.int64)], 0)    # safe to index if the rank is wrong
+        dims = tf.gather(padded, [i for i, _ in known])
+        fits = tf.logical_and(fits, tf.reduce_all(tf.equal(dims, tf.constant([d for _, d in known], tf.int64))))
+    message = "{}: component {!r} (#{}): expected shape {} (dtype {}), got a value of shape".format(
+        owner, spec.name, index, spec.shape, spec.dtype.name)
+    check = tf.debugging.Assert(fits, [message, actual], name="check_{}_shape".format(index))
+    with tf.control_dependencies([check]):
+        tensor = tf.identity(tensor)
+    tensor.set_shape(spec.shape)
+    return tensor
+
+
+class TFDatasetInput(FeedfreeInput):
     """Read inputs from a ``tf.data.Dataset`` through an initializable iterator (initialized by
     the hook when the session starts, and by ``reset_state()`` once a session runs).
+
+    As in tensorpack, ``dataset`` may also be a DataFlow: ``setup()`` then wraps it with
+    :meth:`dataflow_to_dataset`, with the signature's dtypes and shapes (every datapoint, a
+    list or a dict, is checked against them), and ``close()`` closes it.
+
+    When the dataset leaves a dimension open that the signature fixes (e.g. a dataset made with
+    dtypes only), every element is checked at run time: a value of the wrong shape fails the
+    step with an error naming the source, the component, and the expected and actual shapes.
 
     The dataset must be built in the graph the model is built in (inside
     ``with graph.as_default():``), and its elements must be a tuple/list in signature order, a dict
@@ -49,15 +89,21 @@ class TFDatasetInput(InputSource):
             x, y = source.get_input_tensors()
     """
 
-    def __init__(self, dataset: tf.data.Dataset):
+    def __init__(self, dataset: Union[tf.data.Dataset, Any]):
         super().__init__()
-        if not isinstance(dataset, tf.data.Dataset):
-            raise TypeError("TFDatasetInput takes a tf.data.Dataset, got {!r}".format(dataset))
+        self._dataflow = None
+        if is_dataflow(dataset) and not isinstance(dataset, tf.data.Dataset):
+            self._dataflow, dataset = dataset, None
+        elif not isinstance(dataset, tf.data.Dataset):
+            raise ArgumentKindError("TFDatasetInput takes a tf.data.Dataset or a DataFlow, got {!r}".format(dataset))
         self._dataset = dataset
         self._iterator = None
         self._session = None
 
     def _setup(self, specs: List[tf.TensorSpec]) -> None:
+        if self._dataflow is not None:
+            with on_host():
+                self._dataset = _dataflow_dataset(self._dataflow, {s.name: s for s in specs}, None, self.name)
         graph = getattr(self._dataset._variant_tensor, "graph", None)
         if graph is not tf.compat.v1.get_default_graph():
             raise InputSourceError(
@@ -80,7 +126,8 @@ class TFDatasetInput(InputSource):
             if len(have) != len(specs):
                 raise InputSourceError("{}: the dataset's elements have {} components, the input signature has {} "
                                        "({})".format(self.name, len(have), len(specs), ", ".join(names)))
-        for spec, got in zip(specs, have):
+        self._unchecked = []       # signature indices whose shape only a run-time check can ensure
+        for index, (spec, got) in enumerate(zip(specs, have)):
             if not isinstance(got, tf.TensorSpec):
                 raise InputSourceError("{}: component {!r} of the dataset is a {}, not a dense tensor".format(
                     self.name, spec.name, type(got).__name__))
@@ -88,7 +135,27 @@ class TFDatasetInput(InputSource):
                 raise InputSourceError("{}: component {!r}: expected dtype {} and shape {}, the dataset gives dtype "
                                        "{} and shape {}".format(self.name, spec.name, spec.dtype.name, spec.shape,
                                                                 got.dtype.name, got.shape))
+            if _needs_shape_check(got.shape, spec.shape):
+                self._unchecked.append(index)
         return names if isinstance(element, dict) else None
+
+    def _with_shape_checks(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """``dataset`` with a run-time shape check on the components the signature fixes more
+        than the dataset does (its element_spec then has the signature's shapes)."""
+        if not self._unchecked:
+            return dataset
+        specs, names, unchecked, owner = self._specs, self._element_names, set(self._unchecked), self.name
+
+        def check(*element):
+            element = element[0] if len(element) == 1 else element
+            if names is not None:
+                return {n: _checked(element[n], specs[i], i, owner) if i in unchecked else element[n]
+                        for i, n in enumerate(names)}
+            parts = tf.nest.flatten(element)
+            parts = [_checked(t, specs[i], i, owner) if i in unchecked else t for i, t in enumerate(parts)]
+            return tf.nest.pack_sequence_as(element, parts)
+
+        return dataset.map(check)
 
     def _make_iterator(self, flagged: bool) -> Any:
         """The iterator all towers share: over the dataset, or (``flagged``, for staging) over
@@ -99,7 +166,11 @@ class TFDatasetInput(InputSource):
                                        "both staged and unstaged towers".format(
                                            self.name, "through" if self._iterator_flagged else "without"))
             return self._iterator
-        dataset = self._dataset
+        with on_host():      # iterators, dataset ops and their checks have no GPU kernels
+            return self._new_iterator(flagged)
+
+    def _new_iterator(self, flagged: bool) -> Any:
+        dataset = self._with_shape_checks(self._dataset)
         if flagged:
             filler = tf.nest.map_structure(_filler, dataset.element_spec)
             real = dataset.map(lambda *element: (element[0] if len(element) == 1 else element, True))
@@ -129,6 +200,10 @@ class TFDatasetInput(InputSource):
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
         self._session = None
 
+    def _close_data(self) -> None:
+        if self._dataflow is not None:
+            close_dataflow(self._dataflow, self.name)
+
     def reset_state(self) -> None:
         """Re-initialize the iterator (start the dataset again) if a session is running."""
         if self._session is not None and self._iterator is not None:
@@ -149,41 +224,49 @@ class TFDatasetInput(InputSource):
             ds = TFDatasetInput.dataflow_to_dataset(df, {"image": tf.uint8, "label": tf.int32},
                                                     shapes={"image": [28, 28], "label": []})
         """
-        if isinstance(types, dict):
-            names = list(types)
-            entries = [types[n] for n in names]
-            shape_list = None if shapes is None else [shapes[n] for n in names]
-        elif isinstance(types, (list, tuple)):
-            names = ["component{}".format(i) for i in range(len(types))]
-            entries = list(types)
-            shape_list = None if shapes is None else list(shapes)
-            if shape_list is not None and len(shape_list) != len(entries):
-                raise ValueError("dataflow_to_dataset: {} types but {} shapes".format(len(entries), len(shape_list)))
+        return _dataflow_dataset(df, types, shapes, "dataflow_to_dataset({})".format(type(df).__name__))
+
+
+def _dataflow_dataset(df: Any, types: Union[Sequence[TypeSpec], Dict[str, TypeSpec]],
+                      shapes: Optional[Union[Sequence[Any], Dict[str, Any]]], owner: str) -> tf.data.Dataset:
+    """:meth:`TFDatasetInput.dataflow_to_dataset`, with errors naming ``owner``."""
+    if not is_dataflow(df):
+        raise ArgumentKindError("{}: takes a DataFlow, got {!r}".format(owner, df))
+    if isinstance(types, dict):
+        names = list(types)
+        entries = [types[n] for n in names]
+        shape_list = None if shapes is None else [shapes[n] for n in names]
+    elif isinstance(types, (list, tuple)):
+        names = ["component{}".format(i) for i in range(len(types))]
+        entries = list(types)
+        shape_list = None if shapes is None else list(shapes)
+        if shape_list is not None and len(shape_list) != len(entries):
+            raise ValueError("{}: {} types but {} shapes".format(owner, len(entries), len(shape_list)))
+    else:
+        raise ArgumentKindError("{}: types must be a list or dict of dtypes, got {!r}".format(owner, types))
+    specs = []
+    for i, (name, entry) in enumerate(zip(names, entries)):
+        if isinstance(entry, tf.TensorSpec):
+            shape, dtype = entry.shape, entry.dtype
         else:
-            raise TypeError("dataflow_to_dataset: types must be a list or dict of dtypes, got {!r}".format(types))
-        specs = []
-        for i, (name, entry) in enumerate(zip(names, entries)):
-            if isinstance(entry, tf.TensorSpec):
-                shape, dtype = entry.shape, entry.dtype
-            else:
-                shape, dtype = tf.TensorShape(None), tf.as_dtype(entry)
-            if shape_list is not None:
-                shape = tf.TensorShape(shape_list[i])
-            specs.append(tf.TensorSpec(shape, dtype, name))
-        convert = DatapointConverter(specs, "dataflow_to_dataset({})".format(type(df).__name__))
-        df.reset_state()
+            shape, dtype = tf.TensorShape(None), tf.as_dtype(entry)
+        if shape_list is not None:
+            shape = tf.TensorShape(shape_list[i])
+        specs.append(tf.TensorSpec(shape, dtype, name))
+    convert = DatapointConverter(specs, owner)
+    df.reset_state()
 
-        if isinstance(types, dict):
-            signature = {s.name: tf.TensorSpec(s.shape, s.dtype) for s in specs}
+    if isinstance(types, dict):
+        signature = {s.name: tf.TensorSpec(s.shape, s.dtype) for s in specs}
 
-            def generate():
-                for datapoint in df:
-                    yield dict(zip(names, convert(datapoint)))
-        else:
-            signature = tuple(tf.TensorSpec(s.shape, s.dtype) for s in specs)
+        def generate():
+            for datapoint in df:
+                yield dict(zip(names, convert(datapoint)))
+    else:
+        signature = tuple(tf.TensorSpec(s.shape, s.dtype) for s in specs)
 
-            def generate():
-                for datapoint in df:
-                    yield tuple(convert(datapoint))
+        def generate():
+            for datapoint in df:
+                yield tuple(convert(datapoint))
 
-        return tf.data.Dataset.from_generator(generate, output_signature=signature)
+    return tf.data.Dataset.from_generator(generate, output_signature=signature)

@@ -1,9 +1,26 @@
-"""Errors raised by InputSources."""
+"""Errors raised by InputSources.
 
-__all__ = ["InputSourceError"]
+:class:`InputSourceError` is a ``ValueError`` (the type tensorpack's input sources raised for bad
+input) and a ``RuntimeError``. When the data failed because the DataFlow raised, the error the
+training thread gets is made by :func:`failure_error`: it is also an instance of the DataFlow's
+exception type, so ``except KeyError`` around training still catches a ``KeyError`` raised in
+the DataFlow (as it did with tensorpack's FeedInput, where the DataFlow ran in the training
+thread), and the original exception with its traceback is the ``__cause__``.
+
+Example::
+
+    try:
+        run(train_op)
+    except KeyError as err:            # the DataFlow raised KeyError
+        assert isinstance(err, InputSourceError)
+"""
+import threading
+from typing import Dict, Optional, Type
+
+__all__ = ["InputSourceError", "failure_error"]
 
 
-class InputSourceError(RuntimeError):
+class InputSourceError(ValueError, RuntimeError):
     """An InputSource could not deliver data: its DataFlow raised, ended unexpectedly, or gave a
     datapoint that does not match the input signature. The message names the source; the
     original exception (with its traceback) is the ``__cause__``.
@@ -15,3 +32,43 @@ class InputSourceError(RuntimeError):
         except InputSourceError as err:
             print(err, err.__cause__)
     """
+
+
+_matching_classes: Dict[Type[BaseException], Type[InputSourceError]] = {}
+_matching_lock = threading.Lock()
+
+
+def _matching_class(original: Type[BaseException]) -> Type[InputSourceError]:
+    """A subclass of InputSourceError and ``original`` (cached), or InputSourceError itself when
+    ``original`` is not an ordinary ``Exception`` subclass or cannot be combined with it."""
+    if issubclass(InputSourceError, original) or issubclass(original, InputSourceError):
+        return original if issubclass(original, InputSourceError) else InputSourceError
+    if not issubclass(original, Exception) or issubclass(original, (StopIteration, StopAsyncIteration)):
+        return InputSourceError      # would change how loops and generators end
+    with _matching_lock:
+        made = _matching_classes.get(original)
+        if made is None:
+            try:
+                made = type("InputSourceError_" + original.__name__, (InputSourceError, original), {
+                    "__init__": InputSourceError.__init__,       # one message argument, whatever the original takes
+                    "__str__": InputSourceError.__str__,         # e.g. KeyError would print the repr
+                    "__module__": __name__,
+                })
+                made("probe")
+            except Exception:      # incompatible layouts (OSError, ...) or an odd metaclass / __new__
+                made = InputSourceError
+            _matching_classes[original] = made
+    return made
+
+
+def failure_error(message: str, cause: Optional[BaseException]) -> InputSourceError:
+    """An :class:`InputSourceError` with ``message`` and ``__cause__ = cause``, whose type also
+    matches ``type(cause)`` when that is an ``Exception`` that can be combined with it.
+
+    Example::
+
+        raise failure_error("QueueInput: the DataFlow raised KeyError: 'x'", err) from err
+    """
+    error = _matching_class(type(cause))(message) if cause is not None else InputSourceError(message)
+    error.__cause__ = cause
+    return error

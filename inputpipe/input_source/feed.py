@@ -12,16 +12,20 @@ from typing import Any, Dict, List, Optional
 import tensorflow as tf
 
 from ..dataflow.base import get_length
+from ..utils.arguments import require_dataflow
 from .base import InputSource, Tower
-from .errors import InputSourceError
-from ._iteration import iterate_datapoints
-from .signature import DatapointConverter
+from .errors import InputSourceError, failure_error
+from ._iteration import close_dataflow, iterate_datapoints
+from .signature import DatapointConverter, signature_placeholder
 
 __all__ = ["PlaceholderInput", "FeedInput"]
 
 
 class PlaceholderInput(InputSource):
-    """Placeholders matching the input signature; feed them yourself.
+    """Placeholders matching the input signature; feed them yourself. Each is named after its
+    signature entry at the root of the graph (``image:0``), and an existing placeholder of that
+    name, dtype and shape is reused, as in tensorpack (see
+    :func:`~inputpipe.input_source.signature.signature_placeholder`).
 
     Example::
 
@@ -32,7 +36,7 @@ class PlaceholderInput(InputSource):
     """
 
     def _setup(self, specs: List[tf.TensorSpec]) -> None:
-        self._placeholders = [tf.compat.v1.placeholder(s.dtype, s.shape, name=s.name) for s in specs]
+        self._placeholders = [signature_placeholder(s, self.name) for s in specs]
 
     def _build_tower(self) -> Tower:
         return Tower(list(self._placeholders), consume_op=None)
@@ -41,6 +45,7 @@ class PlaceholderInput(InputSource):
 class FeedInput(InputSource):
     """Feed datapoints of a DataFlow through ``feed_dict``, one per consuming step, in the
     training thread (so data preparation is *not* hidden: use it as a baseline or for tests).
+    The placeholders are named like :class:`PlaceholderInput`'s (``image:0``).
 
     With ``infinite=True`` (default) a new epoch starts when the DataFlow ends; otherwise the end
     of the DataFlow raises ``tf.errors.OutOfRangeError`` from the step (which
@@ -58,7 +63,7 @@ class FeedInput(InputSource):
 
     def __init__(self, ds: Any, infinite: bool = True):
         super().__init__()
-        self.ds = ds
+        self.ds = require_dataflow(ds, type(self).__name__)
         self.infinite = infinite
         self._iterator = None
         self._claimed_feed: Optional[Dict[tf.Tensor, Any]] = None
@@ -79,7 +84,7 @@ class FeedInput(InputSource):
         return n
 
     def _setup(self, specs: List[tf.TensorSpec]) -> None:
-        self._placeholders = [tf.compat.v1.placeholder(s.dtype, s.shape, name=s.name) for s in specs]
+        self._placeholders = [signature_placeholder(s, self.name) for s in specs]
         self._convert = DatapointConverter(specs, self.name)
 
     def _build_tower(self) -> Tower:
@@ -113,8 +118,13 @@ class FeedInput(InputSource):
             raise
         except Exception as err:
             self._iterator = None
-            raise InputSourceError("{}: the DataFlow raised {}: {}".format(self.name, type(err).__name__, err)) from err
+            raise failure_error("{}: the DataFlow raised {}: {}".format(self.name, type(err).__name__, err),
+                                err) from err
         return dict(zip(self._placeholders, self._convert(datapoint)))
+
+    def _close_data(self) -> None:
+        close_dataflow(self.ds, self.name)
+        self._reset_done = False
 
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
         self._claimed_feed = None

@@ -16,12 +16,14 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import tensorflow as tf
 
 from ..dataflow.base import get_length
+from ..utils.arguments import require_dataflow
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.logger import get_logger
-from .base import InputSource, Tower, timed_input
+from .base import FeedfreeInput, Tower, timed_input
 from .errors import InputSourceError
 from .feeder import EnqueueThread
-from ._iteration import iterate_datapoints
+from ._iteration import close_dataflow, iterate_datapoints
+from .placement import on_host
 from .realign import RealigningEnqueue
 from .signature import DatapointConverter
 
@@ -32,7 +34,7 @@ logger = get_logger(__name__)
 _STOP_TIMEOUT = 2.0
 
 
-class QueueInput(InputSource):
+class QueueInput(FeedfreeInput):
     """Prepare data in a background thread: iterate ``ds`` and enqueue each datapoint into
     ``queue`` (default: a ``FIFOQueue`` of capacity 50 on the CPU) in the training session;
     each tower dequeues one datapoint per step.
@@ -60,7 +62,7 @@ class QueueInput(InputSource):
 
     def __init__(self, ds: Any, queue: Optional[tf.queue.QueueBase] = None, *, infinite: bool = True):
         super().__init__()
-        self.ds = ds
+        self.ds = require_dataflow(ds, type(self).__name__)
         self.queue = queue
         self.infinite = infinite
         self._thread: Optional[EnqueueThread] = None
@@ -88,7 +90,7 @@ class QueueInput(InputSource):
     def _setup(self, specs: List[tf.TensorSpec]) -> None:
         shapes = self._element_shapes(specs)
         self._convert = DatapointConverter(specs, self.name, drop_leading_dim=shapes != [s.shape for s in specs])
-        with tf.device("/cpu:0"):
+        with on_host():
             self._placeholders = [tf.compat.v1.placeholder(s.dtype, shape, name=s.name)
                                   for s, shape in zip(specs, shapes)]
             if self.queue is None:
@@ -131,15 +133,19 @@ class QueueInput(InputSource):
         return 1
 
     def _claim_batch(self, timeout: float) -> Optional[bool]:
-        """With ``infinite=False``, count the batches the feeding thread enqueued against those
-        already claimed, so a claimed dequeue never meets the closed end of the queue."""
-        if self.infinite:
-            return True
+        """Count the datapoints the feeding thread enqueued against those already claimed, so a
+        claimed dequeue never meets the closed end of the queue. With ``infinite=True`` a
+        healthy source claims at once (the dequeue waits inside the step, overlapping it); once
+        the feeding thread failed, only what it enqueued before can be claimed (False after
+        that: the wrapper uses what it holds, then raises the failure)."""
         thread = self._thread
         if thread is None:
             raise InputSourceError("{}: the source is not running (no session started it, or it was "
                                    "closed)".format(self.name))
         unit = self._claim_unit()
+        if self.infinite and self._failure is None and thread.is_alive():
+            self._claimed += unit
+            return True
         deadline = time.monotonic() + timeout
         with thread.progress:
             while True:
@@ -150,7 +156,8 @@ class QueueInput(InputSource):
                 if thread.finished:
                     return False
                 if not thread.is_alive():
-                    self.raise_if_failed()
+                    if self._failure is not None:
+                        return False       # the queue holds no more whole batches: raised by the consumer
                     raise InputSourceError("{}: the feeding thread stopped after {} datapoints, before the end "
                                            "of the data".format(self.name, thread.enqueued))
                 remaining = deadline - time.monotonic()
@@ -184,6 +191,10 @@ class QueueInput(InputSource):
         if coord is not None:
             coord.register_thread(self._thread)
         self._thread.start()
+
+    def _close_data(self) -> None:
+        close_dataflow(self.ds, self.name)
+        self._reset_done = False          # a later session resets it again (if it can restart)
 
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
         thread, self._thread = self._thread, None

@@ -11,8 +11,10 @@ from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
+from ..utils.arguments import ArgumentKindError
 from .base import InputSource, Tower
 from .errors import InputSourceError
+from .signature import signature_placeholder
 from .stats import InputStats
 
 __all__ = ["remap_input_source", "RemappedInput"]
@@ -29,7 +31,7 @@ class RemappedInput(InputSource):
 
     def __init__(self, input: InputSource, names: Sequence[str]):
         if not isinstance(input, InputSource):
-            raise TypeError("remap_input_source takes an InputSource, got {!r}".format(input))
+            raise ArgumentKindError("remap_input_source takes an InputSource, got {!r}".format(input))
         self._input = input
         self._names = list(names)
         super().__init__()
@@ -86,7 +88,7 @@ class RemappedInput(InputSource):
             raise InputSourceError("remap_input_source: names {} are not in the input signature {}".format(
                 missing, list(by_name)))
         self._input.setup([by_name[n] for n in self._names])
-        self._placeholders = {s.name: tf.compat.v1.placeholder(s.dtype, s.shape, name=s.name)
+        self._placeholders = {s.name: signature_placeholder(s, self.name)
                               for s in specs if s.name not in self._names}
 
     def _build_tower(self) -> Tower:

@@ -15,7 +15,6 @@ from typing import Any, List, Optional, Union
 import tensorflow as tf
 
 from ..utils.logger import get_logger
-from .base import InputSource
 
 __all__ = ["HookedSession", "hooked_session"]
 
@@ -35,7 +34,7 @@ class HookedSession:
     """
 
     def __init__(self, session: tf.compat.v1.Session, hooks: List[tf.compat.v1.train.SessionRunHook],
-                 sources: Optional[List[InputSource]] = None):
+                 sources: Optional[List[Any]] = None):
         self.session = session
         self.hooks = list(hooks)
         self.sources = list(sources or [])
@@ -124,7 +123,12 @@ class HookedSession:
                 logger.debug("coordinator reported an error at shutdown", exc_info=True)
 
 
-def hooked_session(session: tf.compat.v1.Session, *sources: Union[InputSource, tf.compat.v1.train.SessionRunHook]) -> HookedSession:
+def _is_input_source(item: Any) -> bool:
+    """An InputSource, recognised by its interface: this module is below ``base`` (which uses it)."""
+    return callable(getattr(item, "get_hooks", None)) and callable(getattr(item, "raise_if_failed", None))
+
+
+def hooked_session(session: tf.compat.v1.Session, *sources: Union[Any, tf.compat.v1.train.SessionRunHook]) -> HookedSession:
     """A :class:`HookedSession` running ``session`` with the hooks of ``sources`` (InputSources
     or extra ``SessionRunHook``\\ s); leaving it closes the sources.
 
@@ -135,7 +139,7 @@ def hooked_session(session: tf.compat.v1.Session, *sources: Union[InputSource, t
     """
     hooks, owned = [], []
     for item in sources:
-        if isinstance(item, InputSource):
+        if _is_input_source(item):
             hooks.extend(item.get_hooks())
             owned.append(item)
         elif isinstance(item, tf.compat.v1.train.SessionRunHook):

@@ -20,7 +20,7 @@ import tensorflow as tf
 from ..utils.buffers import ALIGN_MIN_BYTES, aligned_empty
 from .errors import InputSourceError
 
-__all__ = ["normalize_signature", "DatapointConverter", "describe_value"]
+__all__ = ["normalize_signature", "DatapointConverter", "describe_value", "signature_placeholder"]
 
 
 def normalize_signature(input_signature: Sequence[Any], owner: str) -> List[tf.TensorSpec]:
@@ -41,6 +41,40 @@ def normalize_signature(input_signature: Sequence[Any], owner: str) -> List[tf.T
             raise ValueError("{}: two tf.TensorSpecs are named {!r}".format(owner, spec.name))
         names.add(spec.name)
     return specs
+
+
+def signature_placeholder(spec: tf.TensorSpec, owner: str) -> tf.Tensor:
+    """The placeholder of the model input ``spec``, named exactly ``spec.name`` at the root of the
+    graph (outside any name scope), as tensorpack names them, so inference code finds it with
+    ``graph.get_tensor_by_name("image:0")``. A placeholder of that name with the same dtype and
+    shape is reused (several sources then feed the same input); one of the same name but a
+    different, compatible shape gets a new placeholder (``image_1``), as in tensorpack.
+
+    Example::
+
+        image = signature_placeholder(tf.TensorSpec([None, 28, 28], tf.float32, "image"), "FeedInput")
+        assert image.name == "image:0"
+    """
+    graph = tf.compat.v1.get_default_graph()
+    try:
+        existing = graph.get_tensor_by_name(spec.name + ":0")
+    except (KeyError, ValueError):
+        existing = None
+    if existing is not None:
+        if existing.op.type not in ("Placeholder", "PlaceholderWithDefault"):
+            raise InputSourceError("{}: the graph already has a tensor {!r} made by a {} op, so the input {!r} "
+                                   "cannot be a placeholder of that name; rename one of them".format(
+                                       owner, existing.name, existing.op.type, spec.name))
+        if existing.dtype != spec.dtype or not existing.shape.is_compatible_with(spec.shape):
+            raise InputSourceError("{}: the graph already has a placeholder {!r} of dtype {} and shape {}; the "
+                                   "input {!r} needs dtype {} and shape {}".format(
+                                       owner, existing.name, existing.dtype.name, existing.shape, spec.name,
+                                       spec.dtype.name, spec.shape))
+        if existing.shape.rank == spec.shape.rank and (
+                spec.shape.rank is None or existing.shape.as_list() == spec.shape.as_list()):
+            return existing
+    with graph.name_scope(None):
+        return tf.compat.v1.placeholder(spec.dtype, spec.shape, name=spec.name)
 
 
 def describe_value(value: Any) -> str:

@@ -29,14 +29,15 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import tensorflow as tf
 from tensorflow.python.ops import data_flow_ops
 
+from ..utils.arguments import ArgumentKindError
 from ..utils.concurrency import POLL_INTERVAL
-from .base import InputSource, InputSourceHook, Tower
+from .base import FeedfreeInput, InputSource, InputSourceHook, Tower
 from .errors import InputSourceError
 
 __all__ = ["StagingInput"]
 
 
-class StagingInput(InputSource):
+class StagingInput(FeedfreeInput):
     """Wrap ``input`` so each step's batch is already staged on ``device``.
 
     ``nr_stage`` batches are staged before the first step and stay staged; a step that consumes
@@ -69,7 +70,7 @@ class StagingInput(InputSource):
     def __init__(self, input: InputSource, nr_stage: int = 1, device: Optional[str] = None):
         super().__init__()
         if not isinstance(input, InputSource):
-            raise TypeError("StagingInput wraps an InputSource, got {!r}".format(input))
+            raise ArgumentKindError("StagingInput wraps an InputSource, got {!r}".format(input))
         if int(nr_stage) != nr_stage or nr_stage < 1:
             raise ValueError("StagingInput: nr_stage must be an integer >= 1, got {!r}".format(nr_stage))
         self._input = input
@@ -137,14 +138,26 @@ class StagingInput(InputSource):
                      stat_tensors=inner.stat_tensors, feed_fn=inner.feed_fn)
 
     def _claim(self) -> bool:
-        """Wait until the wrapped source knows whether one more batch comes (see ``_claim_batch``)."""
+        """Wait until the wrapped source knows whether one more batch comes (see ``_claim_batch``).
+        A failure of the wrapped source ends the claims: the batches staged before it are still
+        consumed, and the step that finds nothing staged raises the failure."""
         if self._ended:
             return False
         while True:
-            claimed = self._input._claim_batch(POLL_INTERVAL)
+            try:
+                claimed = self._input._claim_batch(POLL_INTERVAL)
+            except InputSourceError as err:      # e.g. FeedInput read a bad datapoint ahead
+                self._set_failure(err)
+                claimed = None
+            if claimed is None and self.failure() is not None:
+                claimed = False
             if claimed is not None:
+                self._ended = self._ended or (not claimed and self.failure() is not None)
                 return claimed
-            self.raise_if_failed()
+
+    def _raise_failure_before_step(self) -> None:
+        """A failure of the wrapped source waits until the batches staged before it are used: the
+        step that would take the bad batch raises it (in ``_step_plan``)."""
 
     def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
         """Prefill: stage up to ``nr_stage`` batches in every tower's area (fewer if the data ends)."""

@@ -4,18 +4,31 @@ Example::
 
     source = TensorInput(lambda: [tf.random.uniform([8, 4])], size=100)
 """
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
-from .base import InputSource, Tower
+from ..utils.arguments import require_callable
+from .base import FeedfreeInput, Tower
 from .errors import InputSourceError
 
 __all__ = ["TensorInput", "DummyConstantInput"]
 
 
-class TensorInput(InputSource):
+def _as_input_tensor(value: Any, name: str) -> tf.Tensor:
+    """``value`` as a plain tensor: a variable (``tf.compat.v1.Variable``, resource or not) or a
+    reference tensor (dtype ``float32_ref``...) is read through an ``Identity`` op, so each step
+    takes the variable's current value and the tensor has the base dtype."""
+    if isinstance(value, tf.Variable) or (isinstance(value, tf.Tensor) and value.dtype._is_ref_dtype):
+        return tf.identity(value, name=name)
+    if isinstance(value, tf.Tensor):
+        return value
+    return tf.convert_to_tensor(value, name=name)
+
+
+class TensorInput(FeedfreeInput):
     """Use the tensors returned by ``get_tensor_fn()`` (called once per tower) as inputs.
+    Variables (resource or reference ones) are accepted and read every step.
 
     ``size`` is the number of steps per epoch, if known.
 
@@ -32,9 +45,7 @@ class TensorInput(InputSource):
 
     def __init__(self, get_tensor_fn: Callable[[], Sequence[tf.Tensor]], size: Optional[int] = None):
         super().__init__()
-        if not callable(get_tensor_fn):
-            raise TypeError("TensorInput: get_tensor_fn must be callable, got {!r}".format(get_tensor_fn))
-        self.get_tensor_fn = get_tensor_fn
+        self.get_tensor_fn = require_callable(get_tensor_fn, type(self).__name__, "get_tensor_fn")
         self._size = None if size is None else int(size)
 
     def size(self) -> int:
@@ -42,14 +53,15 @@ class TensorInput(InputSource):
             raise NotImplementedError("{}: size was not given".format(self.name))
         return self._size
 
-    def _make_tensors(self) -> List[tf.Tensor]:
+    def _make_tensors(self) -> List[Any]:
         return tf.nest.flatten(self.get_tensor_fn())
 
     def _build_tower(self) -> Tower:
-        tensors = self._make_tensors()
-        if len(tensors) != len(self._specs):
+        values = self._make_tensors()
+        if len(values) != len(self._specs):
             raise InputSourceError("{}: got {} tensors, the input signature has {} ({})".format(
-                self.name, len(tensors), len(self._specs), ", ".join(s.name for s in self._specs)))
+                self.name, len(values), len(self._specs), ", ".join(s.name for s in self._specs)))
+        tensors = [_as_input_tensor(v, "{}_read".format(s.name)) for v, s in zip(values, self._specs)]
         for tensor, spec in zip(tensors, self._specs):
             if tensor.dtype != spec.dtype or not tensor.shape.is_compatible_with(spec.shape):
                 raise InputSourceError("{}: tensor for {!r}: expected dtype {} and shape {}, got dtype {} and "

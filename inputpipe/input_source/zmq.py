@@ -1,23 +1,39 @@
 """ZMQInput: datapoints pushed by ``send_dataflow_zmq`` from other processes or hosts, through
 the library's wire format (:class:`inputpipe.dataflow.remote.RemoteDataZMQ`), into a QueueInput.
 
+Remote senders are not the trainer's code: one sender's bad datapoint (wrong components, shape
+or dtype, or None) is rejected, counted in ``source.rejected`` and logged (rate-limited), and
+training goes on with the good ones. The local sources keep raising on a bad datapoint.
+
 Example::
 
     # producer process / host:  send_dataflow_zmq(BatchData(df, 64), "tcp://trainer:8877")
     source = ZMQInput("tcp://0.0.0.0:8877", hwm=50)
     source.setup(specs)
 """
+import inspect
+import threading
 import time
-from typing import Any, Callable, Iterator, List, Optional, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow as tf
 
 from ..dataflow.remote import RemoteDataZMQ
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.logger import get_logger
+from .errors import InputSourceError
 from .queue import QueueInput
+from .signature import DatapointConverter, normalize_signature
 
 logger = get_logger(__name__)
 
 __all__ = ["ZMQInput"]
+
+#: Seconds between two warnings about rejected datapoints (the first one is logged at once).
+REJECT_LOG_INTERVAL = 10.0
+
+_NOTHING = object()     # receive() got nothing within its timeout
 
 
 class ZMQInput(QueueInput):
@@ -27,10 +43,16 @@ class ZMQInput(QueueInput):
     without a host means 127.0.0.1, all as in :class:`RemoteDataZMQ`. The stream is endless;
     ``close()`` closes the socket.
 
+    A datapoint that does not fit the input signature, or is None, is dropped and counted in
+    :attr:`rejected` (with the malformed messages the socket dropped), with a warning at most
+    every ``REJECT_LOG_INTERVAL`` seconds; training continues with the good datapoints.
+
     Producers are other processes or hosts, so their health cannot be checked directly; silence is
     the symptom. A warning is logged after every ``warn_after`` seconds without a datapoint, and
     with ``timeout`` set, that much silence fails the training step with an
     :class:`~inputpipe.input_source.InputSourceError` instead of waiting for producers that died.
+
+    :meth:`to_dataset` gives the same stream as a ``tf.data.Dataset`` (tensorpack's API).
 
     Example::
 
@@ -49,6 +71,10 @@ class ZMQInput(QueueInput):
         self.end_point = end_point
         self.timeout = timeout
         self.warn_after = warn_after
+        self._rejected = 0
+        self._reject_lock = threading.Lock()
+        self._last_reject_log = -float("inf")
+        self._dataset_stop = threading.Event()
 
     @property
     def endpoints(self) -> List[str]:
@@ -56,25 +82,92 @@ class ZMQInput(QueueInput):
         ``reset_state()``), e.g. the port chosen for ``tcp://127.0.0.1:*``."""
         return self.ds.endpoints
 
-    def _datapoints(self, should_stop: Callable[[], bool]) -> Iterator[Any]:
+    @property
+    def rejected(self) -> int:
+        """Datapoints dropped so far: those not fitting the signature or None, and malformed messages."""
+        return self._rejected + int(getattr(self.ds, "rejected", 0))
+
+    def _receiver(self) -> Callable[[float], Any]:
+        """``receive(timeout)`` returning ``_NOTHING`` when nothing came, so a None datapoint is
+        seen as one (needs ``RemoteDataZMQ.receive(..., empty=)``; without it None means nothing)."""
+        if "empty" in inspect.signature(self.ds.receive).parameters:
+            return lambda timeout: self.ds.receive(timeout, empty=_NOTHING)
+        return lambda timeout: _NOTHING if (datapoint := self.ds.receive(timeout)) is None else datapoint
+
+    def _reject(self, reason: str) -> None:
+        with self._reject_lock:
+            self._rejected += 1
+            now = time.monotonic()
+            if now - self._last_reject_log < REJECT_LOG_INTERVAL:
+                return
+            self._last_reject_log = now
+        logger.warning("%s: dropped a datapoint from a sender on %s (%d dropped so far; training goes on): %s",
+                       self.name, self.endpoints, self.rejected, reason)
+
+    def _accept(self, datapoint: Any, convert: DatapointConverter) -> Optional[List[np.ndarray]]:
+        """The datapoint's arrays if it fits the signature, else None (rejected and counted)."""
+        if datapoint is None:
+            self._reject("the datapoint is None")
+            return None
+        try:
+            return convert(datapoint)
+        except InputSourceError as err:
+            self._reject(str(err))
+            return None
+
+    def _received(self, should_stop: Callable[[], bool], convert: DatapointConverter) -> Iterator[List[np.ndarray]]:
+        """Datapoints that fit the signature, as arrays, until ``should_stop()``; watches silence."""
+        receive = self._receiver()
         last_arrival = last_warning = time.monotonic()
         while not should_stop():
-            datapoint = self.ds.receive(POLL_INTERVAL)
+            datapoint = receive(POLL_INTERVAL)
             now = time.monotonic()
-            if datapoint is not None:
-                last_arrival = last_warning = now
-                yield datapoint
-                continue
+            if datapoint is not _NOTHING:
+                arrays = self._accept(datapoint, convert)
+                if arrays is not None:
+                    last_arrival = last_warning = now
+                    yield arrays
+                    continue
             silent = now - last_arrival
             if self.timeout is not None and silent >= self.timeout:
                 raise TimeoutError(
-                    "{}: expected datapoints on {}, but none arrived for {:.1f} s (timeout={}); are the "
-                    "producers (send_dataflow_zmq) running?".format(self.name, self.endpoints, silent, self.timeout))
+                    "{}: expected datapoints on {}, but none {}for {:.1f} s (timeout={}); are the producers "
+                    "(send_dataflow_zmq) running?".format(
+                        self.name, self.endpoints, "arrived " if not self.rejected else
+                        "that fit the input signature arrived ({} dropped) ".format(self.rejected),
+                        silent, self.timeout))
             if now - last_warning >= self.warn_after:
                 last_warning = now
                 logger.warning("%s: no datapoint arrived on %s for %.1f s; are the producers running?",
                                self.name, self.endpoints, silent)
 
+    def _datapoints(self, should_stop: Callable[[], bool]) -> Iterator[Any]:
+        return self._received(should_stop, self._convert)
+
+    def to_dataset(self, input_signature: Sequence[tf.TensorSpec]) -> tf.data.Dataset:
+        """The stream as an endless ``tf.data.Dataset`` of tuples matching ``input_signature``
+        (named ``tf.TensorSpec``\\ s), read by ``tf.data.Dataset.from_generator`` from this
+        source's socket, which opens on the first read. Use it instead of ``setup()`` (one reader
+        per socket), e.g. with ``TFDatasetInput(source.to_dataset(specs))``; bad datapoints are
+        rejected as above, ``timeout`` applies, and ``close()`` ends the dataset.
+
+        Example::
+
+            ds = ZMQInput("tcp://127.0.0.1:8877", hwm=20).to_dataset(specs).prefetch(4)
+        """
+        specs = normalize_signature(input_signature, "{}.to_dataset".format(self.name))
+        convert = DatapointConverter(specs, self.name)
+        stop = self._dataset_stop
+
+        def generate():
+            self.ds.reset_state()
+            for arrays in self._received(stop.is_set, convert):
+                yield tuple(arrays)
+
+        return tf.data.Dataset.from_generator(
+            generate, output_signature=tuple(tf.TensorSpec(s.shape, s.dtype) for s in specs))
+
     def close(self) -> None:
+        self._dataset_stop.set()
         super().close()
         self.ds.close()
