@@ -73,6 +73,15 @@ def check_image(component: str, img: Any) -> None:
             component, img.shape))
 
 
+def shape2d(component: str, value: Any) -> Tuple[int, int]:
+    """``(h, w)`` from an int (a square) or a pair; a ValueError naming ``component`` otherwise."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value), int(value)
+    if isinstance(value, (list, tuple, np.ndarray)) and len(value) == 2:
+        return int(value[0]), int(value[1])
+    raise ValueError("{}: expected a shape as an int or an (h, w) pair, got {!r}".format(component, value))
+
+
 def default_repr(obj: Any) -> str:
     """``imgaug.ClassName(arg=value, ...)``: the constructor arguments that differ from their defaults.
 
