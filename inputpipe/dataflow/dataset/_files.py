@@ -14,6 +14,7 @@ Example::
                             md5="ec29112dd5afa0611ce80d1b7f02629c"),
                  get_dataset_path("mnist_data"), component="Mnist")
 """
+import codecs
 import hashlib
 import os
 import pickle
@@ -152,7 +153,10 @@ def extract_tar(path: str, directory: str, component: str) -> None:
     links and device files are refused."""
     with tarfile.open(path, "r:*") as archive:
         if hasattr(tarfile, "data_filter"):
-            archive.extractall(directory, filter="data")
+            try:
+                archive.extractall(directory, filter="data")
+            except tarfile.FilterError as err:
+                raise DatasetDownloadError("{}: refusing to unpack {} ({})".format(component, path, err)) from None
             return
         members = archive.getmembers()
         for member in members:
@@ -188,7 +192,8 @@ def _scalar_function() -> Any:
 
 
 # The only globals a dataset pickle may name: numpy arrays, dtypes and scalars (under numpy 1 and
-# numpy 2 module names) -- the contents of the CIFAR python files. Anything else is refused.
+# numpy 2 module names), the contents of the CIFAR python files, and the bytes encoder of pickle
+# protocol 2. Anything else is refused.
 _ALLOWED_GLOBALS = {
     ("numpy", "ndarray"): lambda: np.ndarray,
     ("numpy", "dtype"): lambda: np.dtype,
@@ -196,6 +201,7 @@ _ALLOWED_GLOBALS = {
     ("numpy._core.multiarray", "_reconstruct"): _reconstruct_function,
     ("numpy.core.multiarray", "scalar"): _scalar_function,
     ("numpy._core.multiarray", "scalar"): _scalar_function,
+    ("_codecs", "encode"): lambda: codecs.encode,   # how protocol 2 stores bytes written by Python 3
 }
 
 
