@@ -59,8 +59,9 @@ def _log_once(key: Any, message: str) -> None:
         _logger.info(message)
 
 
-def check_image(component: str, img: Any) -> None:
-    """Raise a TypeError/ValueError naming ``component`` unless ``img`` is an HW or HWC numpy array.
+def check_image(component: str, img: Any, check_ndim: bool = True) -> None:
+    """Raise a TypeError/ValueError naming ``component`` unless ``img`` is a numpy array, of 2 (HW)
+    or 3 (HWC) dimensions when ``check_ndim``.
 
     Like tensorpack, any numeric dtype passes (the augmentors are written for uint8 in [0, 255]
     and floats in [0, 1] or [0, 255]).
@@ -68,7 +69,7 @@ def check_image(component: str, img: Any) -> None:
     if not isinstance(img, np.ndarray):
         raise TypeError("{}: expected an image as a numpy array (HW or HWC), got {}".format(
             component, type(img).__name__))
-    if img.ndim not in (2, 3):
+    if check_ndim and img.ndim not in (2, 3):
         raise ValueError("{}: expected an image of 2 (HW) or 3 (HWC) dimensions, got shape {}".format(
             component, img.shape))
 
@@ -222,14 +223,14 @@ class ImageAugmentor:
 
     def augment(self, img: np.ndarray) -> np.ndarray:
         """Augment one image: ``get_transform(img).apply_image(img)``."""
-        check_image(type(self).__name__, img)
+        check_image(type(self).__name__, img, check_ndim=False)
         return self.get_transform(img).apply_image(img)
 
     # --------------------------------------------------------------------------- the old calls
 
     def augment_return_params(self, img: np.ndarray) -> Tuple[np.ndarray, Any]:
         """Old API: augment ``img`` and return ``(augmented, params)``; ``params`` is the transform."""
-        check_image(type(self).__name__, img)
+        check_image(type(self).__name__, img, check_ndim=False)
         tfm = self.get_transform(img)
         return tfm.apply_image(img), tfm
 
