@@ -1,4 +1,5 @@
 """The small trainer: runs N steps over an InputSource and reports throughput and stalls."""
+import io
 import logging
 
 import numpy as np
@@ -89,3 +90,85 @@ def test_throughput_leaves_out_the_warm_up_steps():
     assert summary.seconds < 1.5, "the 1.5 s warm-up step was timed"
     assert summary.steps_per_second == pytest.approx(10 / summary.seconds)
     assert summary.samples_per_second == pytest.approx(20 / summary.seconds)
+
+
+def test_summary_rates_cover_the_same_timed_steps():
+    source = QueueInput(Counting())
+    graph, train_op, loss, seen = _model(source)
+    warmup = source.stats.warmup_steps
+    summary = train(train_op, source, steps=warmup + 7, batch_size=3, progress=False)
+    assert (summary.steps, summary.warmup_steps, summary.timed_steps) == (warmup + 7, warmup, 7)
+    assert summary.ms_per_step == pytest.approx(1e3 * summary.seconds / 7)
+    assert summary.ms_per_step * summary.steps_per_second == pytest.approx(1000.0)
+    assert summary.samples_per_second == pytest.approx(3 * summary.steps_per_second)
+    assert summary.total_seconds >= summary.seconds > 0
+    assert str(summary).startswith("{} steps in {:.2f} s; the 7 after {} warm-up steps: {:.2f} steps/s ({:.1f} "
+                                   "ms/step), {:.1f} samples/s; waited".format(
+                                       warmup + 7, summary.total_seconds, warmup, summary.steps_per_second,
+                                       summary.ms_per_step, summary.samples_per_second))
+    # not longer than the warm-up: timed over all steps
+    source = QueueInput(Counting())
+    graph, train_op, loss, seen = _model(source)
+    short = train(train_op, source, steps=2, progress=False)
+    assert (short.warmup_steps, short.timed_steps) == (0, 2)
+    assert short.ms_per_step == pytest.approx(1e3 * short.seconds / 2)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_refreshes_rarely_when_not_a_terminal():
+    from inputpipe.train.loop import LOG_REFRESH_SECONDS, TTY_REFRESH_SECONDS, progress_refresh_seconds
+
+    assert progress_refresh_seconds(_Terminal()) == TTY_REFRESH_SECONDS == 0.5
+    assert progress_refresh_seconds(io.StringIO()) == LOG_REFRESH_SECONDS == 60.0
+    assert progress_refresh_seconds(object()) == LOG_REFRESH_SECONDS  # no isatty at all
+
+
+def test_progress_in_a_log_is_one_line_at_start_and_one_at_the_end_and_writes_do_not_break_it():
+    from tqdm.auto import tqdm
+
+    from inputpipe.train.loop import _ProgressBar
+
+    log = io.StringIO()
+    bar = _ProgressBar(total=800, file=log, unit="step")
+    for step in range(800):
+        bar.update(1)
+        bar.set_postfix({"loss": "0.5"}, refresh=False)
+        if (step + 1) % 80 == 0:
+            tqdm.write("step {} loss 0.5".format(step + 1), file=log)
+    bar.close()
+    lines = log.getvalue().split("\n")
+    assert "\r" not in log.getvalue()
+    assert lines[-1] == ""
+    bars = [line for line in lines[:-1] if "step/s" in line or "?step/s" in line]
+    assert len(bars) == 2, lines
+    assert bars[0].startswith("  0%") and "0/800" in bars[0]
+    assert bars[1].startswith("100%") and "800/800" in bars[1] and "loss=0.5" in bars[1]
+    assert [line for line in lines[:-1] if line not in bars] == ["step {} loss 0.5".format(n)
+                                                                 for n in range(80, 801, 80)]
+
+
+def test_progress_on_a_terminal_redraws_in_place():
+    from inputpipe.train.loop import _ProgressBar
+
+    screen = _Terminal()
+    bar = _ProgressBar(total=3, file=screen, unit="step", mininterval=0)
+    for _ in range(3):
+        bar.update(1)
+    bar.close()
+    out = screen.getvalue()
+    assert out.count("\r") >= 4 and out.endswith("\n") and out.count("\n") == 1
+    assert "3/3" in out
+
+
+def test_train_progress_to_a_log_writes_two_lines(capsys):
+    source = QueueInput(Counting())
+    graph, train_op, loss, seen = _model(source)
+    train(train_op, source, steps=30, fetches={"loss": loss}, progress=True)
+    err = capsys.readouterr().err
+    bars = [line for line in err.split("\n") if "/30" in line]
+    assert len(bars) == 2, err
+    assert "30/30" in bars[-1] and "loss=" in bars[-1]
