@@ -164,8 +164,13 @@ class ZMQInput(QueueInput):
             for arrays in self._received(stop.is_set, convert):
                 yield tuple(arrays)
 
-        return tf.data.Dataset.from_generator(
+        dataset = tf.data.Dataset.from_generator(
             generate, output_signature=tuple(tf.TensorSpec(s.shape, s.dtype) for s in specs))
+        # no read-ahead tf.data adds by itself: a read waiting for a datapoint that never comes
+        # would keep the session from closing (prefetch added by the user: close() this first)
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False
+        return dataset.with_options(options)
 
     def close(self) -> None:
         self._dataset_stop.set()
