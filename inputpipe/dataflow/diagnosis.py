@@ -250,10 +250,11 @@ def suggest(report: ProfileReport) -> str:
                        "cross to the consumer, or use use_list=True for components that need not be arrays.")
     if stage.kind in (MAP, IMAGE):
         what = "decoding/augmenting" if stage.kind == IMAGE else "this function"
+        batched = any(s.kind == BATCH for s in _ancestors(stages, index))
         return head + ("Run {} in parallel: MultiProcessMapData(ds, num_proc={}, map_func=...) in place of this "
-                       "stage (MultiThreadMapData if the work releases the GIL: file reads, OpenCV); with a "
-                       "BatchData after it, MultiProcessMapAndBatchData batches in the workers too."
-                       .format(what, k) + remark)
+                       "stage (MultiThreadMapData if the work releases the GIL: file reads, OpenCV).{}"
+                       .format(what, k, " As a BatchData follows, MultiProcessMapAndBatchData(ds, num_proc, "
+                               "map_func, batch_size) batches in the workers too." if batched else "") + remark)
     if stage.kind == SOURCE:
         decode = ("It decodes images while reading: read the raw bytes in the source and decode them in a "
                   "parallel map (MultiProcessMapData). " if "ImageFromFile" in stage.type_name else "")
