@@ -83,6 +83,15 @@ def shape2d(component: str, value: Any) -> Tuple[int, int]:
     raise ValueError("{}: expected a shape as an int or an (h, w) pair, got {!r}".format(component, value))
 
 
+def _same(value: Any, default: Any) -> bool:
+    if value is default:
+        return True
+    try:
+        return type(value) is type(default) and bool(value == default)
+    except (TypeError, ValueError):     # e.g. arrays
+        return False
+
+
 def default_repr(obj: Any) -> str:
     """``imgaug.ClassName(arg=value, ...)``: the constructor arguments that differ from their defaults.
 
@@ -108,7 +117,7 @@ def default_repr(obj: Any) -> str:
         if field not in obj.__dict__ and not hasattr(type(obj), field):
             return object.__repr__(obj)
         value = getattr(obj, field)
-        if field in defaults and value is defaults[field]:
+        if field in defaults and _same(value, defaults[field]):
             continue
         parts.append("{}={}".format(field, pprint.pformat(value)))
     return "imgaug.{}({})".format(name, ", ".join(parts))

@@ -47,6 +47,9 @@ class ConstantBackgroundFiller(BackgroundFiller):
     def __init__(self, value: float):
         self.value = value
 
+    def __repr__(self) -> str:
+        return "imgaug.ConstantBackgroundFiller({!r})".format(self.value)
+
     def _fill(self, background_shape: Tuple[int, int], img: np.ndarray) -> np.ndarray:
         if img.ndim not in (2, 3):
             raise ValueError("ConstantBackgroundFiller: expected an HW or HWC image, got shape {}".format(img.shape))
