@@ -260,9 +260,18 @@ def test_lmdb_wrong_format_tags_are_refused(meta, match, tmp_path):
         LMDBSerializer.load(str(tmp_path / "d"))
 
 
-def test_tensorpack_lmdb_files_are_refused_with_a_hint(tmp_path):
+def test_pickled_tensorpack_lmdb_records_are_refused_without_the_opt_in(tmp_path):
     _write_lmdb(tmp_path / "d", {b"__keys__": b"\x80\x04...", b"00000000": b"\x80\x04..."})
-    with pytest.raises(DatasetFormatError, match=r"no '__inputpipe__' key \(it has tensorpack's '__keys__'"):
+    df = LMDBSerializer.load(str(tmp_path / "d"), shuffle=False)
+    df.reset_state()
+    with pytest.raises(DatasetFormatError, match=r"record b'00000000': it is pickled \(tensorpack 0.11's default "
+                                                 r"serializer.*pass allow_pickle=True if the file is a trusted"):
+        next(iter(df))
+
+
+def test_lmdb_without_any_metadata_key_is_refused(tmp_path):
+    _write_lmdb(tmp_path / "d", {b"00000000": b"x"})
+    with pytest.raises(DatasetFormatError, match=r"no '__inputpipe__' key, and no tensorpack '__keys__' key"):
         LMDBSerializer.load(str(tmp_path / "d"))
 
 

@@ -19,9 +19,7 @@ Example::
 """
 import os
 import struct
-import threading
 import tokenize
-import weakref
 from typing import Any, Iterator, Optional
 
 import numpy as np
@@ -29,10 +27,17 @@ import numpy as np
 from ..utils.crc32c import masked_crc32c
 from ..utils.logger import get_logger
 from ..utils.serialize import WireFormatError, dumps, loads
-from .base import DataFlow, RNGDataFlow, get_length
+from .base import DataFlow, RNGDataFlow
+from .format import LMDBData, LMDBDataDecoder
+from .dataset_io import (
+    DatasetFormatError, _AtomicPath, _datapoints, _import_lmdb, _lmdb_key, _lmdb_location, _refuse_existing,
+    _require_file, _SharedEnv, open_shared_lmdb,
+)
+from .hdf5 import HDF5Serializer
 from .raw import DataFromList
+from .tensorpack_records import decode_tensorpack_record, is_pickle
 
-__all__ = ["LMDBSerializer", "TFRecordSerializer", "NumpySerializer", "DatasetFormatError",
+__all__ = ["LMDBSerializer", "TFRecordSerializer", "NumpySerializer", "HDF5Serializer", "DatasetFormatError",
            "DATASET_FORMAT_VERSION"]
 
 logger = get_logger(__name__)
@@ -41,19 +46,6 @@ logger = get_logger(__name__)
 DATASET_FORMAT_VERSION = 1
 
 _TAG_KEY = "inputpipe_dataset"
-
-
-class DatasetFormatError(WireFormatError):
-    """A dataset file that is not a valid inputpipe file of the expected kind and version
-    (or is corrupt). The message names the file and what was expected.
-
-    Example::
-
-        try:
-            df = LMDBSerializer.load(path)
-        except DatasetFormatError as err:
-            sys.exit(str(err))
-    """
 
 
 def _header(container: str, **fields: Any) -> dict:
@@ -74,28 +66,6 @@ def _check_header(header: Any, container: str, what: str) -> dict:
     return header
 
 
-def _require_file(path: str, what: str) -> None:
-    if not os.path.exists(path):
-        raise FileNotFoundError("{}: {} does not exist".format(what, path))
-
-
-def _refuse_existing(path: str, what: str) -> None:
-    if os.path.exists(path):
-        raise FileExistsError("{}: {} already exists; remove it first (files are never "
-                              "overwritten)".format(what, path))
-
-
-def _datapoints(df: DataFlow, what: str) -> Iterator[Any]:
-    """Iterate ``df`` once, after ``reset_state()``, logging progress every 10%."""
-    df.reset_state()
-    total = get_length(df)
-    step = max(total // 10, 1) if total else None
-    for index, dp in enumerate(df):
-        if step and index and index % step == 0:
-            logger.info("%s: %d/%d datapoints", what, index, total)
-        yield dp
-
-
 def _decode_record(data: Any, what: str, index: int, copy: bool = False) -> Any:
     try:
         return loads(data, max_bytes=max(len(data), 1), copy=copy)
@@ -103,70 +73,10 @@ def _decode_record(data: Any, what: str, index: int, copy: bool = False) -> Any:
         raise DatasetFormatError("{}: record {} is corrupt: {}".format(what, index, err)) from None
 
 
-class _AtomicPath:
-    """Write to a temporary file beside ``path`` and move it in place only on success."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.tmp = "{}.tmp-{}".format(path, os.getpid())
-
-    def __enter__(self) -> str:
-        # A leftover of a killed run with the same pid (pid 1 in every container): LMDB would
-        # open it and keep its old records.
-        for stale in (self.tmp, self.tmp + "-lock"):
-            if os.path.exists(stale):
-                os.remove(stale)
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            os.replace(self.tmp, self.path)
-        leftovers = [self.tmp + "-lock"] + ([self.tmp] if exc_type is not None else [])
-        for leftover in leftovers:  # the lock file LMDB makes while writing, and a failed file
-            if os.path.exists(leftover):
-                os.remove(leftover)
-        return False
-
-
 # ----------------------------------------------------------------------------------------- LMDB
 
 _LMDB_META_KEY = b"__inputpipe__"
 _LMDB_INITIAL_MAP_SIZE = 1 << 28
-
-
-def _import_lmdb():
-    try:
-        import lmdb
-    except ImportError:
-        raise ImportError("LMDBSerializer needs the lmdb package: pip install 'inputpipe[lmdb]'") from None
-    return lmdb
-
-
-def _lmdb_key(index: int) -> bytes:
-    return b"%010d" % index
-
-
-def _lmdb_location(path: str):
-    """(file to open, subdir flag): a directory holds data.mdb, otherwise the path is the file."""
-    if os.path.isdir(path):
-        return os.path.join(path, "data.mdb"), True
-    return path, False
-
-
-class _SharedEnv:
-    """An open read-only LMDB environment, closed when the last flow using it is gone."""
-
-    def __init__(self, env):
-        self.env = env
-
-    def __del__(self):
-        self.env.close()
-
-
-# The lmdb package refuses to open one file twice in a process, so every flow over the same file
-# (e.g. a train and an eval loader) shares one environment per process.
-_shared_envs: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
-_shared_envs_lock = threading.Lock()
 
 
 class _LMDBFile(RNGDataFlow):
@@ -184,11 +94,8 @@ class _LMDBFile(RNGDataFlow):
         with shared.env.begin() as txn:
             meta = txn.get(_LMDB_META_KEY)
             if meta is None:
-                hint = (" (it has tensorpack's '__keys__': files of tensorpack's LMDBSerializer hold "
-                        "pickled or msgpack-numpy data that inputpipe does not read; re-create it with "
-                        "inputpipe's LMDBSerializer.save)") if txn.get(b"__keys__") is not None else ""
-                raise DatasetFormatError("{}: not an inputpipe LMDB dataset: no {!r} key{}".format(
-                    self._what, _LMDB_META_KEY.decode(), hint))
+                raise DatasetFormatError("{}: not an inputpipe LMDB dataset: no {!r} key, and no tensorpack "
+                                         "'__keys__' key either".format(self._what, _LMDB_META_KEY.decode()))
         try:
             header = loads(meta, max_bytes=len(meta))
         except WireFormatError as err:
@@ -202,25 +109,7 @@ class _LMDBFile(RNGDataFlow):
 
     def _open(self) -> _SharedEnv:
         """This process' environment of the file (opened on first use)."""
-        data_file, subdir = _lmdb_location(self.path)
-        stat = os.stat(data_file)
-        key = (os.getpid(), stat.st_dev, stat.st_ino)
-        with _shared_envs_lock:
-            shared = _shared_envs.get(key)
-            if shared is None:
-                for (pid, dev, ino), inherited in list(_shared_envs.items()):
-                    if pid != key[0] and (dev, ino) == key[1:]:
-                        # Inherited through fork: unusable here, and lmdb refuses a second open.
-                        inherited.env.close()
-                lmdb = _import_lmdb()
-                try:
-                    env = lmdb.open(self.path, subdir=subdir, readonly=True, lock=False,
-                                    readahead=not self.shuffle, max_readers=126)
-                except lmdb.Error as err:
-                    raise DatasetFormatError("{}: cannot open {} as an LMDB file: {}".format(
-                        self._what, data_file, err)) from None
-                shared = _shared_envs[key] = _SharedEnv(env)
-        return shared
+        return open_shared_lmdb(self.path, not self.shuffle, self._what)
 
     def reset_state(self) -> None:
         super().reset_state()
@@ -274,6 +163,13 @@ class LMDBSerializer:
     that will hold ``data.mdb``. The file is written to a temporary name and renamed when complete,
     so an interrupted ``save`` leaves nothing behind. Needs ``pip install 'inputpipe[lmdb]'``.
 
+    Files written by tensorpack's ``LMDBSerializer.save`` / ``dump_dataflow_to_lmdb`` load as they
+    are (as :class:`~inputpipe.dataflow.LMDBDataDecoder` over :class:`~inputpipe.dataflow.LMDBData`):
+    msgpack-numpy records (``TENSORPACK_SERIALIZE=msgpack``) are decoded as data, without pickle
+    or msgpack_numpy; pickled records (tensorpack 0.11's default) raise a
+    :class:`DatasetFormatError` unless ``load(..., allow_pickle=True)`` is passed, which is only
+    for trusted local files (unpickling runs code chosen by whoever wrote the file).
+
     Example::
 
         LMDBSerializer.save(DataFromList([[np.zeros(3), 1]] * 10, shuffle=False), "/tmp/d.lmdb")
@@ -311,9 +207,36 @@ class LMDBSerializer:
         logger.info("%s: wrote %d datapoints to %s", what, count, target)
 
     @staticmethod
-    def load(path: str, shuffle: bool = True) -> DataFlow:
+    def load(path: str, shuffle: bool = True, *, allow_pickle: bool = False) -> DataFlow:
         """A DataFlow of the datapoints in ``path`` (see the class docs)."""
-        return _LMDBFile(os.fspath(path), shuffle)
+        path = os.fspath(path)
+        if _is_tensorpack_lmdb(path):
+            what = "LMDBSerializer.load({!r})".format(path)
+            return LMDBDataDecoder(LMDBData(path, shuffle), _TensorpackValueDecoder(what, allow_pickle))
+        return _LMDBFile(path, shuffle)
+
+
+def _is_tensorpack_lmdb(path: str) -> bool:
+    """Whether ``path`` is an LMDB file of tensorpack's LMDBSerializer (a ``__keys__`` record and no
+    inputpipe header)."""
+    what = "LMDBSerializer.load({!r})".format(path)
+    _import_lmdb()
+    _require_file(_lmdb_location(path)[0], what)
+    shared = open_shared_lmdb(path, True, what)  # kept referenced: the last reference closes it
+    with shared.env.begin() as txn:
+        return txn.get(_LMDB_META_KEY) is None and txn.get(b"__keys__") is not None
+
+
+class _TensorpackValueDecoder:
+    """``decoder(key, value)`` of a tensorpack LMDB record: the datapoint (see
+    :mod:`inputpipe.dataflow.tensorpack_records`)."""
+
+    def __init__(self, what: str, allow_pickle: bool):
+        self.what = what
+        self.allow_pickle = allow_pickle
+
+    def __call__(self, key: bytes, value: bytes) -> Any:
+        return decode_tensorpack_record(value, self.allow_pickle, "{} record {!r}".format(self.what, bytes(key)))
 
 
 def _lmdb_commit(env, lmdb, items) -> None:
@@ -342,11 +265,13 @@ def _tfrecord_frame(data: bytes) -> list:
 class _TFRecordFile(DataFlow):
     """The datapoints of a TFRecord file written by :meth:`TFRecordSerializer.save`."""
 
-    def __init__(self, path: str, size: Optional[int]):
+    def __init__(self, path: str, size: Optional[int], allow_pickle: bool):
         self.path = path
         self._what = "TFRecordSerializer.load({!r})".format(path)
         _require_file(path, self._what)
         self._size = size
+        self._allow_pickle = allow_pickle
+        self._tensorpack = False
         with open(path, "rb") as f:
             self._check_header(f)
 
@@ -388,9 +313,19 @@ class _TFRecordFile(DataFlow):
         try:
             header = loads(data, max_bytes=len(data))
         except WireFormatError:
-            raise DatasetFormatError("{}: first record is not an inputpipe header: not written by "
-                                     "inputpipe's TFRecordSerializer (e.g. tf.Example records)".format(
-                                         self._what)) from None
+            # Not inputpipe's: a file of tensorpack's TFRecordSerializer has no header, every record
+            # is a datapoint (this raises for pickled records without allow_pickle, and for others).
+            try:
+                decode_tensorpack_record(bytes(data), self._allow_pickle, "{} record 0".format(self._what))
+            except DatasetFormatError as err:
+                if is_pickle(data):
+                    raise
+                raise DatasetFormatError("{}: first record is not an inputpipe header: not written by inputpipe's "
+                                         "TFRecordSerializer, nor a tensorpack record (e.g. tf.Example records): "
+                                         "{}".format(self._what, err)) from None
+            self._tensorpack = True
+            f.seek(0)
+            return file_size
         _check_header(header, "tfrecord", self._what)
         return file_size
 
@@ -419,8 +354,12 @@ class _TFRecordFile(DataFlow):
                 data = self._read_record(f, file_size, index)
                 if data is None:
                     return
-                # Arrays are writable views of this record's own bytearray: no further copy.
-                yield _decode_record(data, self._what, index)
+                if self._tensorpack:
+                    yield decode_tensorpack_record(bytes(data), self._allow_pickle,
+                                                   "{} record {}".format(self._what, index))
+                else:
+                    # Arrays are writable views of this record's own bytearray: no further copy.
+                    yield _decode_record(data, self._what, index)
                 index += 1
 
 
@@ -436,6 +375,10 @@ class TFRecordSerializer:
     ``load(path, size=None)`` reads the file sequentially (as tensorpack does; no shuffling) and
     checks every CRC. ``size`` is the number of datapoints, for ``len()``; when None, ``len()``
     counts the records by reading only their length fields.
+
+    Files written by tensorpack's ``TFRecordSerializer`` load too: msgpack-numpy records as data
+    (no pickle, no msgpack_numpy), pickled ones (tensorpack 0.11's default) only with
+    ``allow_pickle=True``, for trusted local files.
 
     Example::
 
@@ -459,9 +402,9 @@ class TFRecordSerializer:
         logger.info("%s: wrote %d datapoints to %s", what, count, path)
 
     @staticmethod
-    def load(path: str, size: Optional[int] = None) -> DataFlow:
+    def load(path: str, size: Optional[int] = None, *, allow_pickle: bool = False) -> DataFlow:
         """A DataFlow of the datapoints in ``path`` (see the class docs)."""
-        return _TFRecordFile(os.fspath(path), size)
+        return _TFRecordFile(os.fspath(path), size, allow_pickle)
 
 
 # ---------------------------------------------------------------------------------------- NumPy
@@ -495,6 +438,16 @@ def _load_npy_bytes(path: str, what: str) -> np.ndarray:
     return vector
 
 
+def _tensorpack_npz(path: str, what: str) -> list:
+    """The datapoints of a tensorpack NumpySerializer file (an object array ``buffer``, pickled)."""
+    with np.load(path, allow_pickle=True) as archive:
+        if "buffer" not in archive.files:
+            raise DatasetFormatError("{}: .npz file without tensorpack's 'buffer' array (it has {})".format(
+                what, archive.files))
+        buffer = archive["buffer"]
+    return [list(dp) if isinstance(dp, np.ndarray) and dp.dtype == object else dp for dp in buffer]
+
+
 class NumpySerializer:
     """Save a DataFlow to one ``.npy`` file and load it back whole into memory.
 
@@ -502,7 +455,8 @@ class NumpySerializer:
     an inputpipe header and every datapoint. ``np.load(path)`` opens it without pickle; only
     inputpipe decodes its content. Unlike tensorpack's (a pickled ``.npz``), the file is written at
     exactly ``path`` (no extension is added). ``load(path, shuffle=True)`` returns a
-    ``DataFromList`` over the datapoints, with writable arrays.
+    ``DataFromList`` over the datapoints, with writable arrays. tensorpack's ``.npz`` files are
+    pickled: they load only with ``load(..., allow_pickle=True)``, for trusted local files.
 
     Example::
 
@@ -524,7 +478,7 @@ class NumpySerializer:
         logger.info("%s: wrote %d datapoints to %s", what, len(datapoints), path)
 
     @staticmethod
-    def load(path: str, shuffle: bool = True) -> DataFlow:
+    def load(path: str, shuffle: bool = True, *, allow_pickle: bool = False) -> DataFlow:
         """A ``DataFromList`` of the datapoints in ``path`` (see the class docs)."""
         what = "NumpySerializer.load({!r})".format(os.fspath(path))
         path = os.fspath(path)
@@ -532,9 +486,12 @@ class NumpySerializer:
         with open(path, "rb") as f:
             magic = f.read(len(_NPY_MAGIC))
         if magic.startswith(_ZIP_MAGIC):
-            raise DatasetFormatError("{}: this is a .npz (zip) file, like those of tensorpack's NumpySerializer, "
-                                     "which hold pickled objects that inputpipe never loads; re-create it with "
-                                     "inputpipe's NumpySerializer.save".format(what))
+            if not allow_pickle:
+                raise DatasetFormatError("{}: this is a .npz (zip) file, like those of tensorpack's NumpySerializer, "
+                                         "which hold pickled objects; inputpipe loads it only with allow_pickle=True, "
+                                         "for a trusted local file (unpickling runs code chosen by whoever wrote it), "
+                                         "or re-create it with inputpipe's NumpySerializer.save".format(what))
+            return DataFromList(_tensorpack_npz(path, what), shuffle=shuffle)
         if magic != _NPY_MAGIC:
             raise DatasetFormatError("{}: not a .npy file (starts with {!r})".format(what, magic))
         vector = _load_npy_bytes(path, what)
