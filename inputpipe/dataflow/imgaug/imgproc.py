@@ -11,7 +11,7 @@ Example::
     aug = imgaug.AugmentorList([imgaug.BrightnessScale((0.6, 1.4)), imgaug.Contrast((0.6, 1.4))])
     out = aug.augment(img)   # img: HxWx3 uint8 -> HxWx3 uint8
 """
-from typing import Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Union, cast
 
 import numpy as np
 
@@ -229,21 +229,20 @@ class GaussianBlur(PhotometricAugmentor):
         """
         super().__init__()
         import_cv2(type(self).__name__)    # fail at construction when OpenCV is missing
-        if not isinstance(size_range, (list, tuple)):
-            size_range = (0, size_range)
+        sizes: Sequence[int] = size_range if isinstance(size_range, (list, tuple)) else (0, cast(int, size_range))
         if not isinstance(sigma_range, (list, tuple)):
             raise ValueError("GaussianBlur expects sigma_range as a (low, high) pair, got {!r}".format(sigma_range))
         if max_size is not None:
             logger.warning("GaussianBlur(max_size=) is deprecated: use size_range=(0, %s) instead", max_size)
-            size_range = (0, max_size)
-        self.size_range = size_range
+            sizes = (0, max_size)
+        self.size_range = sizes
         self.sigma_range = sigma_range
         self.symmetric = symmetric
         self.max_size = max_size
 
     def _get_augment_params(self, _):
         sizes = self.rng.randint(self.size_range[0], self.size_range[1], size=(2,)) * 2 + 1
-        sigmas = self._rand_range(*self.sigma_range, size=(2,))
+        sigmas = self._rand_range(self.sigma_range[0], self.sigma_range[1], size=(2,))
         if self.symmetric:
             sizes[1] = sizes[0]
             sigmas[1] = sigmas[0]
