@@ -261,7 +261,8 @@ class _Instrumented:
         self.nodes.append(node)
         if any(c.__name__ in _INPUT_IN_WORKERS for c in type(flow).__mro__):
             inner = flow.__dict__.get("ds")
-            node.note = "its input {} runs in the workers (not timed)".format(type(inner).__name__) if inner else ""
+            if inner is not None:
+                node.note = "its input {} runs in the workers (not timed)".format(type(inner).__name__)
             return node
         if id(flow) in {id(n.flow) for n in self.nodes[:-1]}:
             return node                       # the same flow object twice (e.g. JoinData([df, df]))

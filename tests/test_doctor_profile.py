@@ -1,0 +1,243 @@
+"""The bottleneck doctor (inputpipe.dataflow.profiling.profile) names the slow stage of a chain,
+leaves the chain as it was, and reports numbers that add up.
+
+Slow stages sleep, so the results hold on a loaded machine: the slow stage is at least 10x slower
+than the others. Each test measures for about a second."""
+import json
+import time
+
+import numpy as np
+import pytest
+
+from inputpipe.dataflow import (
+    BatchData, ConcatData, DataFromGenerator, DataFromList, JoinData, MapData, MapDataComponent,
+    MultiProcessMapData, MultiProcessRunnerZMQ, MultiThreadMapData, RemoteDataZMQ,
+)
+from inputpipe.dataflow.profiling import ProfileReport, profile
+
+SLOW, FAST = 0.003, 0.0002
+RUN = dict(seconds=1.0, warmup=0.2)
+
+
+def _endless(delay):
+    def generate():
+        i = 0
+        while True:
+            time.sleep(delay)
+            yield [i]
+            i += 1
+    return generate
+
+
+def _sleepy(delay):
+    def step(dp):
+        time.sleep(delay)
+        return dp
+    step.__name__ = "sleep_{}ms".format(delay * 1e3)
+    return step
+
+
+def _sleep_20ms(dp):
+    time.sleep(0.02)
+    return dp
+
+
+def test_slow_source_feeding_a_fast_map_names_the_source():
+    df = MapData(DataFromGenerator(_endless(SLOW)), _sleepy(FAST))
+    report = profile(df, **RUN)
+    assert report.limiting.name == "DataFromGenerator"
+    assert report.limiting.kind == "source"
+    source, mapper = report.stages                      # sources first
+    assert mapper.name == "MapData(sleep_0.2ms)"
+    assert source.inputs == [] and mapper.inputs == [0]
+    assert source.datapoints == mapper.datapoints == report.datapoints > 50
+    assert source.own_ms_per_datapoint > 2.5 and mapper.own_ms_per_datapoint < 1.0
+    assert source.share > 0.6 and source.share > 5 * mapper.share
+    assert "Make reading faster" in report.suggestion and "LocallyShuffleData" in report.suggestion
+
+
+def test_slow_map_after_a_fast_source_names_the_map():
+    df = MapData(DataFromGenerator(_endless(FAST)), _sleepy(SLOW))
+    report = profile(df, **RUN)
+    assert report.limiting.name == "MapData(sleep_3.0ms)"
+    assert report.limiting_index == 1
+    assert report.stage("DataFromGenerator").own_ms_per_datapoint < 1.0
+    assert "MultiProcessMapData(ds, num_proc=" in report.suggestion
+    # own times and the consumer's account for the whole window (up to the timing cost)
+    accounted = sum(s.own_seconds for s in report.stages) + report.consumer_seconds
+    assert abs(accounted - report.seconds) < 0.05 * report.seconds
+
+
+def test_batchdata_counts_and_a_slow_stacking_step_is_named():
+    big = np.ones((256, 256, 8), dtype="float32")      # 2 MiB per datapoint: stacking 32 costs ms
+    df = BatchData(DataFromList([[big, i] for i in range(64)], shuffle=False), 32)
+    report = profile(df, **RUN)
+    source, batch = report.stages
+    assert batch.name == "BatchData(32)" and batch.kind == "batch"
+    assert source.datapoints == 32 * batch.datapoints and batch.datapoints == report.datapoints > 0
+    assert report.limiting is batch
+    assert "MultiProcessMapAndBatchData" in report.suggestion
+
+
+def test_slow_multithreadmapdata_is_named_with_its_threads():
+    df = BatchData(MultiThreadMapData(DataFromList([[i] for i in range(400)], shuffle=False), 2, _sleep_20ms,
+                                      strict=True), 4)
+    try:
+        report = profile(df, **RUN)
+    finally:
+        df.close()
+    stage = report.limiting
+    assert stage.type_name == "MultiThreadMapData" and stage.kind == "thread_map"
+    assert (stage.workers, stage.worker_unit) == (2, "threads")
+    assert stage.name == "MultiThreadMapData(_sleep_20ms)"
+    assert report.stage("BatchData").datapoints * 4 == stage.datapoints
+    assert "GIL" in report.suggestion and "MultiProcessMapData" in report.suggestion
+
+
+def test_slow_multiprocessmapdata_is_named_with_its_processes():
+    df = MultiProcessMapData(DataFromList([[i] for i in range(400)], shuffle=False), 2, _sleep_20ms)
+    try:
+        report = profile(df, **RUN)
+    finally:
+        df.close()
+    stage = report.limiting
+    assert stage.type_name == "MultiProcessMapData" and (stage.workers, stage.worker_unit) == (2, "processes")
+    assert stage.share > 0.8
+    # the workers sleep in map_func: they hardly use the CPU (read from /proc on Linux)
+    assert stage.worker_cpu_share is not None and stage.worker_cpu_share < 0.5
+    assert "2 processes" in report.table()
+    assert "use more processes (2 now" in report.suggestion
+
+
+def test_slow_serial_map_after_a_parallel_map_is_told_to_move_into_it():
+    inner = MultiProcessMapData(DataFromList([[i] for i in range(400)], shuffle=False), 2, _identity)
+    df = MapData(inner, _sleepy(SLOW))
+    try:
+        report = profile(df, **RUN)
+    finally:
+        df.close()
+    assert report.limiting.name == "MapData(sleep_3.0ms)"
+    assert "into its map_func" in report.suggestion and "MultiProcessMapData(_identity)" in report.suggestion
+
+
+def _identity(dp):
+    return dp
+
+
+def test_runner_is_a_boundary_and_its_waiting_is_named():
+    df = MultiProcessRunnerZMQ(MapData(DataFromGenerator(_endless(0.0)), _sleep_20ms), num_proc=2)
+    try:
+        report = profile(df, **RUN)
+    finally:
+        df.close()
+    assert [s.name for s in report.stages] == ["MultiProcessRunnerZMQ"]
+    assert report.limiting.kind == "runner"
+    assert "its input MapData runs in the workers" in report.limiting.note
+    assert "profile(df.ds)" in report.suggestion
+
+
+def test_combined_inputs_are_each_timed_and_the_slow_one_named():
+    slow = MapData(DataFromList([[i] for i in range(20)], shuffle=False), _sleepy(SLOW))
+    fast = DataFromList([[i] for i in range(20)], shuffle=False)
+    df = JoinData([fast, slow])
+    report = profile(df, **RUN)
+    assert [s.name for s in report.stages] == ["DataFromList", "DataFromList", "MapData(sleep_3.0ms)", "JoinData"]
+    assert report.limiting.path == "df.df_lists[1]"
+    assert report.stages[-1].inputs == [0, 2]
+    assert report.stages[0].depth == 1 and report.stages[-1].depth == 0
+
+
+def test_profile_leaves_the_chain_unchanged_and_datapoints_in_order():
+    seen = []
+
+    def record(dp):
+        seen.append(list(dp))
+        return dp
+
+    a = DataFromList([[i] for i in range(7)], shuffle=False)
+    b = DataFromList([[i] for i in range(100, 105)], shuffle=False)
+    concat = ConcatData([a, b])
+    mapped = MapDataComponent(concat, lambda x: x * 2)
+    df = MapData(BatchData(mapped, 3, remainder=True), record)
+    inputs_before = (df.ds, df.ds.ds, mapped.ds, list(concat.df_lists))
+    report = profile(df, seconds=5, warmup=0, max_datapoints=8)
+    assert report.datapoints == 8
+    assert (df.ds, df.ds.ds, mapped.ds, concat.df_lists) == inputs_before
+    assert type(concat.df_lists[0]) is DataFromList
+    expected_epoch = [[[0, 2, 4]], [[6, 8, 10]], [[12, 200, 202]], [[204, 206, 208]]]
+    seen_batches = [[b[0].tolist()] for b in seen]
+    assert seen_batches == expected_epoch + expected_epoch
+    df.reset_state()
+    assert [b[0].tolist() for b in df] == [e[0] for e in expected_epoch]
+
+
+def test_an_error_in_the_chain_is_raised_and_the_chain_restored():
+    def fail_at_five(dp):
+        if dp[0] == 5:
+            raise KeyError("datapoint five")
+        return dp
+
+    source = DataFromList([[i] for i in range(10)], shuffle=False)
+    df = MapData(source, fail_at_five)
+    with pytest.raises(KeyError, match="datapoint five"):
+        profile(df, seconds=5, warmup=0)
+    assert df.ds is source
+
+
+def test_a_stalled_chain_names_the_stuck_stage_and_returns():
+    df = RemoteDataZMQ("tcp://127.0.0.1:*")
+    started = time.monotonic()
+    try:
+        report = profile(df, seconds=5, warmup=0, stall_timeout=0.5)
+    finally:
+        df.close()
+    assert time.monotonic() - started < 4
+    assert report.stalled and report.datapoints == 0
+    assert report.limiting.name == "RemoteDataZMQ" and report.limiting.kind == "remote"
+    assert "are the producers running" in report.suggestion
+    assert "Limiting stage: RemoteDataZMQ" in str(report) and "stalled" in str(report)
+
+
+def test_report_is_a_table_and_json_ready():
+    df = MapData(DataFromGenerator(_endless(FAST)), _sleepy(SLOW))
+    report = profile(df, seconds=0.5, warmup=0.1)
+    assert isinstance(report, ProfileReport)
+    text = str(report)
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["stage", "(source", "first)"]
+    assert "datapoints/s" in lines[0] and "own ms/datapoint" in lines[0]
+    assert lines[3].startswith("MapData(sleep_3.0ms)") and lines[3].rstrip().endswith("<- limits")
+    assert "Limiting stage: MapData(sleep_3.0ms)" in text and "Suggestion: " in text
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["limiting"] == "MapData(sleep_3.0ms)"
+    assert [s["name"] for s in data["stages"]] == ["DataFromGenerator", "MapData(sleep_3.0ms)"]
+    assert data["datapoints"] == report.datapoints and data["stages"][1]["inputs"] == [0]
+
+
+def test_a_finite_flow_is_run_epoch_after_epoch():
+    df = DataFromList([[i] for i in range(5)], shuffle=False)
+    report = profile(df, seconds=5, warmup=0, max_datapoints=12)
+    assert report.datapoints == 12 and report.stages[0].datapoints == 12
+    assert not report.ended
+
+
+def test_an_empty_flow_ends_the_profile():
+    df = MapData(DataFromList([[1]], shuffle=False), lambda dp: None)
+    report = profile(df, seconds=5, warmup=0)
+    assert report.ended and report.datapoints == 0
+    assert "The flow ended" in str(report)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(seconds=0), "profile: seconds must be > 0, got 0"),
+    (dict(seconds=1, stall_timeout=-1), "profile: stall_timeout must be > 0, got -1"),
+])
+def test_bad_arguments_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        profile(DataFromList([[1]], shuffle=False), **kwargs)
+
+
+def test_report_stage_lookup_names_the_stages_when_missing():
+    report = profile(DataFromList([[1]], shuffle=False), seconds=5, warmup=0, max_datapoints=3)
+    with pytest.raises(KeyError, match=r"no stage named 'BatchData'; the stages are \['DataFromList'\]"):
+        report.stage("BatchData")
