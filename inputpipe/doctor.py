@@ -84,7 +84,7 @@ def load_factory(target: str) -> Callable[[], Any]:
         raise TargetError("{} has no function {!r} (it defines: {})".format(
             module_text, func_name, ", ".join(functions) or "no public functions"))
     if not callable(factory):
-        raise TargetError("{}:{} is a {}, not a function that returns a DataFlow".format(
+        raise TargetError("{}:{} is not callable (it is of type {}); expected a function that returns a DataFlow".format(
             module_text, func_name, type(factory).__name__))
     return factory
 

@@ -1,0 +1,112 @@
+"""``python -m inputpipe.doctor``: profiles a script's DataFlow and names its slow stage; a bad
+``script:function`` gets a one-line error and exit code 2."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from inputpipe.doctor import TargetError, load_factory
+
+REPO = Path(__file__).resolve().parents[1]
+
+SCRIPT = textwrap.dedent('''
+    import time
+    from inputpipe.dataflow import BatchData, DataFromGenerator, MapData
+    import helper_next_to_the_script
+
+    def _source():
+        i = 0
+        while True:
+            time.sleep(0.0002)
+            yield [i]
+            i += 1
+
+    def decode(dp):
+        time.sleep(0.003)
+        return dp
+
+    def get_dataflow():
+        return BatchData(MapData(DataFromGenerator(_source), decode), 8)
+
+    NOT_A_FUNCTION = 3
+
+    if __name__ == "__main__":
+        raise SystemExit("the training code ran: the doctor must import the script, not run it")
+''')
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "my_train.py"
+    path.write_text(SCRIPT)
+    (tmp_path / "helper_next_to_the_script.py").write_text("VALUE = 1\n")
+    return path
+
+
+def _doctor(*args, cwd=None, timeout=60):
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "inputpipe.doctor", *args], cwd=cwd or str(REPO), env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_names_the_slow_stage_of_a_script_and_writes_json(script, tmp_path):
+    out = tmp_path / "report.json"
+    proc = _doctor("{}:get_dataflow".format(script), "--seconds", "1", "--warmup", "0.2", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "Limiting stage: MapData(decode)" in proc.stdout
+    assert "MultiProcessMapAndBatchData" in proc.stdout          # a BatchData follows the slow map
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "python -m inputpipe.doctor: {}:get_dataflow".format(script)
+    names = [line.split()[0] for line in lines[3:6]]
+    assert names == ["DataFromGenerator", "MapData(decode)", "BatchData(8)"]
+    data = json.loads(out.read_text())
+    assert data["limiting"] == "MapData(decode)" and data["datapoints"] > 0
+    assert "training code ran" not in proc.stdout + proc.stderr
+
+
+def test_cli_accepts_module_colon_function(script):
+    proc = _doctor("my_train:get_dataflow", "--seconds", "0.5", "--warmup", "0", cwd=str(script.parent))
+    assert proc.returncode == 0, proc.stderr
+    assert "Limiting stage: MapData(decode)" in proc.stdout
+
+
+@pytest.mark.parametrize("target, message", [
+    ("{script}:get_df", "has no function 'get_df' (it defines: decode, get_dataflow)"),
+    ("{script}:NOT_A_FUNCTION", ":NOT_A_FUNCTION is not callable (it is of type int); expected a function that returns a DataFlow"),
+    ("{script}", "expected SCRIPT.py:FUNCTION or MODULE:FUNCTION, got '{script}'"),
+    ("{dir}/missing.py:get_dataflow", "the script '{dir}/missing.py' does not exist"),
+    ("no_such_module_xyz:get", "no module named 'no_such_module_xyz'"),
+    ("json:dumps", "json:dumps must be callable without arguments, but it requires obj"),
+    ("json:JSONDecodeError", "json:JSONDecodeError must be callable without arguments"),
+])
+def test_cli_bad_target_is_a_one_line_error(script, target, message):
+    target = target.format(script=script, dir=script.parent)
+    proc = _doctor(target, "--seconds", "1")
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("python -m inputpipe.doctor: error: ")
+    assert message.format(script=script, dir=script.parent) in last
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_factory_returning_something_else_is_refused(tmp_path):
+    (tmp_path / "not_a_flow.py").write_text("def get():\n    return [1, 2]\n")
+    proc = _doctor("{}:get".format(tmp_path / "not_a_flow.py"), "--seconds", "1")
+    assert proc.returncode == 2
+    assert "returned a list, not a DataFlow" in proc.stderr
+
+
+def test_cli_bad_seconds_is_refused(script):
+    proc = _doctor("{}:get_dataflow".format(script), "--seconds", "0")
+    assert proc.returncode == 2 and "--seconds must be > 0, got 0.0" in proc.stderr
+
+
+def test_load_factory_in_process(script):
+    factory = load_factory("{}:get_dataflow".format(script))
+    assert factory.__name__ == "get_dataflow"
+    with pytest.raises(TargetError, match="expected SCRIPT.py:FUNCTION or MODULE:FUNCTION, got 'x:'"):
+        load_factory("x:")
