@@ -50,7 +50,8 @@ def _checked(tensor: tf.Tensor, spec: tf.TensorSpec, index: int, owner: str) -> 
         padded = tf.concat([actual, tf.zeros([rank], tf.int64)], 0)    # safe to index if the rank is wrong
         dims = tf.gather(padded, [i for i, _ in known])
         fits = tf.logical_and(fits, tf.reduce_all(tf.equal(dims, tf.constant([d for _, d in known], tf.int64))))
-    message = "{}: component {!r} (#{}): expected shape {} (dtype {}), got a value of shape".format(
+    # no quotes around the name: TF's Assert prints strings with their quotes escaped
+    message = "{}: component {} (#{}): expected shape {} (dtype {}), got a value of shape".format(
         owner, spec.name, index, spec.shape, spec.dtype.name)
     check = tf.debugging.Assert(fits, [message, actual], name="check_{}_shape".format(index))
     with tf.control_dependencies([check]):
