@@ -525,3 +525,32 @@ def test_pipeline_differs_between_runs_without_a_seed():
     finally:
         seeding.set_global_seed(None)
     assert first != second
+
+
+def test_test_data_speed_prints_large_numbers_readably(caplog, monkeypatch):
+    from inputpipe.dataflow import debug
+
+    clock = iter([100.0, 100.00001])
+    monkeypatch.setattr(debug.time, "perf_counter", lambda: next(clock))
+    items = [[np.zeros(1000, np.float32), i] for i in range(50)]
+    with caplog.at_level(logging.INFO, logger="inputpipe"):
+        stats = TestDataSpeed(flow(items), size=50).start()
+    assert stats["datapoints_per_sec"] == pytest.approx(5e6)
+    text = caplog.text
+    assert "e+" not in text
+    assert "5,000,000.0" in text and "20,000.0" in text   # datapoints/s, MB/s
+
+
+def test_print_data_and_test_data_speed_show_their_report_without_logging_setup():
+    import subprocess
+    import sys
+
+    code = ("from inputpipe.dataflow import DataFromList, PrintData, TestDataSpeed\n"
+            "df = PrintData(DataFromList([[1, 'a']] * 20, shuffle=False), num=1, name='check')\n"
+            "TestDataSpeed(df, size=10).start()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert "inputpipe: datapoint 0/1 (check): list with 2 components" in proc.stderr
+    assert "inputpipe: TestDataSpeed of PrintData:" in proc.stderr and "datapoints/s" in proc.stderr
+    assert "10/10" in proc.stderr          # the progress bar

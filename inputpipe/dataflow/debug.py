@@ -7,6 +7,8 @@ Example::
     assert stats["datapoints"] == 50
 """
 import itertools
+import logging
+import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -19,6 +21,32 @@ from .base import DataFlow, ProxyDataFlow
 __all__ = ["PrintData", "TestDataSpeed"]
 
 logger = get_logger(__name__)
+
+
+def _report(text: str) -> None:
+    """Show a report the user asked for (PrintData, TestDataSpeed): logged at INFO when the
+    application configured logging (its levels decide), and written to stderr through a logging
+    record when it did not (where INFO would be silent), as tensorpack shows them."""
+    if logging.getLogger().handlers or logger.isEnabledFor(logging.INFO):
+        logger.info("%s", text)
+        return
+    record = logger.makeRecord(logger.name, logging.INFO, __file__, 0, "%s", (text,), None)
+    _UNCONFIGURED_REPORT.handle(record)
+
+
+class _StderrReport(logging.StreamHandler):
+    """Formats a report record for ``sys.stderr`` as it is when the report is made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("inputpipe: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+_UNCONFIGURED_REPORT = _StderrReport()
 
 # ---------------------------------------------------------------------------------------------
 # Inspection
@@ -56,15 +84,15 @@ def _describe_tree(value: Any, label: Any, depth: int, max_depth: int, max_list:
 
 
 class PrintData(ProxyDataFlow):
-    """Pass datapoints through unchanged, logging the structure, shapes, dtypes and value ranges
-    of the first ``num`` datapoints after ``reset_state()`` (at INFO level, via ``logging``).
+    """Pass datapoints through unchanged, showing the structure, shapes, dtypes and value ranges
+    of the first ``num`` datapoints after ``reset_state()``: on stderr when the application has
+    not configured logging, otherwise logged at INFO (so its logging levels decide).
 
     ``max_depth`` limits how deep nested lists/dicts are described, ``max_list`` how many of
     their items.
 
     Example::
 
-        logging.basicConfig(level=logging.INFO)
         df = PrintData(df, num=2, name="after augmentation")
     """
 
@@ -94,7 +122,7 @@ class PrintData(ProxyDataFlow):
     def __iter__(self) -> Iterator[Any]:
         for dp in self.ds:
             if self._count < self.num:
-                logger.info("%s", self.describe(dp))
+                _report(self.describe(dp))
                 self._count += 1
             yield dp
 
@@ -113,8 +141,9 @@ class TestDataSpeed(ProxyDataFlow):
     """Measure how fast a DataFlow produces datapoints, with a tqdm progress bar.
 
     :meth:`start` calls ``reset_state()`` on the input, takes ``warmup`` datapoints untimed,
-    then times up to ``size`` datapoints (fewer if the input ends first), logs a table
-    (datapoints/s, and MB/s when components are numpy arrays) and returns the numbers.
+    then times up to ``size`` datapoints (fewer if the input ends first), shows a table
+    (datapoints/s, and MB/s when components are numpy arrays; on stderr without logging setup,
+    as :class:`PrintData` does) and returns the numbers.
     Iterating a TestDataSpeed runs the test first and then produces the input's datapoints.
 
     Example::
@@ -162,11 +191,13 @@ class TestDataSpeed(ProxyDataFlow):
             "bytes": nbytes if has_bytes else None,
             "bytes_per_sec": (nbytes / seconds if seconds > 0 else float("inf")) if has_bytes else None,
         }
-        rows = [["datapoints", count], ["seconds", "{:.3f}".format(seconds)],
-                ["datapoints/s", "{:.1f}".format(stats["datapoints_per_sec"])]]
+        rows = [["datapoints", "{:,}".format(count)], ["seconds", "{:,.3f}".format(seconds)],
+                ["datapoints/s", "{:,.1f}".format(stats["datapoints_per_sec"])]]
         if has_bytes:
-            rows.append(["MB/s", "{:.1f}".format(stats["bytes_per_sec"] / 1e6)])
-        logger.info("TestDataSpeed of %s:\n%s", type(self.ds).__name__, tabulate(rows, tablefmt="simple"))
+            rows.append(["MB/s", "{:,.1f}".format(stats["bytes_per_sec"] / 1e6)])
+        # disable_numparse: tabulate would turn "1205830.5" back into a number printed as 1.20583e+06
+        _report("TestDataSpeed of {}:\n{}".format(type(self.ds).__name__, tabulate(
+            rows, tablefmt="simple", disable_numparse=True, colalign=("left", "right"))))
         return stats
 
     def __iter__(self) -> Iterator[Any]:
