@@ -70,3 +70,33 @@ def test_old_api_params_replay_the_same_pixels(index, expression, input_name):
     expected = ARRAYS["case{}_draw0".format(index)]
     np.testing.assert_allclose(out, expected, rtol=0, atol=1e-4)
     np.testing.assert_array_equal(again, out)
+
+
+def seed_tree(aug, first_seed):
+    """The fixture script's seeding: ``aug`` and every augmentor inside it, depth first, get
+    RandomState(first_seed + k)."""
+    seed = first_seed
+    pending = [aug]
+    while pending:
+        current = pending.pop(0)
+        current.rng = np.random.RandomState(seed)
+        seed += 1
+        pending = list(getattr(current, "augmentors", None) or getattr(current, "aug_lists", None) or []) + pending
+    return seed - first_seed
+
+
+CHAINS = [(index, expression, input_name) for index, (expression, input_name) in enumerate(META["chains"])]
+
+
+@pytest.mark.parametrize("index,expression,input_name", CHAINS, ids=["fbresnet", "float-chain"])
+def test_augmentor_lists_with_random_order_give_tensorpack_pixels(index, expression, input_name):
+    """The ResNet training recipe of the benchmark (crop, colour in random order, flip) and a chain
+    through float32 and back: each augmentor seeded like tensorpack's, same images draw after draw."""
+    aug = eval(expression, {"imgaug": imgaug, "np": np, "cv2": cv2})
+    assert seed_tree(aug, META["chain_seeds"][index]) == 8      # the list, its 7 augmentors and sub-augmentors
+    img = ARRAYS["input_" + input_name]
+    for draw in range(META["chain_draws"]):
+        expected = ARRAYS["chain{}_draw{}".format(index, draw)]
+        out = aug.augment(img)
+        assert out.dtype == expected.dtype and out.shape == expected.shape
+        np.testing.assert_array_equal(out, expected)

@@ -72,6 +72,28 @@ CASES = [  # (constructor expression, input name)
     ("imgaug.ToFloat32()", "u8"),
 ]
 
+# Augmentor lists whose every augmentor gets its own seeded RandomState (see seed_tree).
+CHAINS = [
+    ("imgaug.AugmentorList([imgaug.GoogleNetRandomCropAndResize(target_shape=8), imgaug.RandomOrderAug(["
+     "imgaug.BrightnessScale((0.6, 1.4), clip=False), imgaug.Contrast((0.6, 1.4), rgb=False, clip=False), "
+     "imgaug.Saturation(0.4, rgb=False), imgaug.Lighting(0.1, ({})[::-1], np.asarray({})[::-1, ::-1])]), "
+     "imgaug.Flip(horiz=True)])".format(EIGVAL, EIGVEC), "u8"),
+    ("imgaug.AugmentorList([imgaug.ToFloat32(), imgaug.RandomOrderAug([imgaug.Hue((-20, 20)), "
+     "imgaug.GaussianNoise(4), imgaug.Gamma((-0.2, 0.2))]), imgaug.GaussianBlur(2), imgaug.ToUint8()])", "u8"),
+]
+
+
+def seed_tree(aug, first_seed):
+    """Give ``aug`` and every augmentor inside it (depth first) RandomState(first_seed + k)."""
+    seed = first_seed
+    pending = [aug]
+    while pending:
+        current = pending.pop(0)
+        current.rng = np.random.RandomState(seed)
+        seed += 1
+        pending = list(getattr(current, "augmentors", None) or getattr(current, "aug_lists", None) or []) + pending
+    return seed - first_seed
+
 
 def make_inputs():
     """Small images with smooth structure plus noise (so blur, JPEG and contrast all do something)."""
@@ -100,7 +122,14 @@ def main():
         aug.rng = np.random.RandomState(seed_of(index))
         for draw in range(DRAWS):
             arrays["case{}_draw{}".format(index, draw)] = aug.augment(inputs[input_name].copy())
-    arrays["cases"] = np.array(json.dumps({"cases": CASES, "draws": DRAWS, "seeds": [seed_of(i) for i in range(len(CASES))]}))
+    for index, (expression, input_name) in enumerate(CHAINS):
+        aug = eval(expression, {"imgaug": imgaug, "np": np, "cv2": cv2})
+        seed_tree(aug, 5000 + 100 * index)
+        for draw in range(DRAWS * 2):
+            arrays["chain{}_draw{}".format(index, draw)] = aug.augment(inputs[input_name].copy())
+    arrays["cases"] = np.array(json.dumps({"cases": CASES, "draws": DRAWS, "seeds": [seed_of(i) for i in range(len(CASES))],
+                                           "chains": CHAINS, "chain_draws": DRAWS * 2,
+                                           "chain_seeds": [5000 + 100 * i for i in range(len(CHAINS))]}))
     out = os.path.join(HERE, "fixtures.npz")
     np.savez_compressed(out, **arrays)
     print("wrote", out, os.path.getsize(out), "bytes,", len(CASES), "cases")
