@@ -21,7 +21,9 @@ import numpy as np
 
 import pytest
 
-if __name__ != "__main__":  # run as a script under tensorpack's interpreter, only the writers are used
+# Run as a script (or imported by one) under tensorpack's interpreter, only the file writers are used.
+UNDER_TENSORPACK = __name__ == "__main__" or os.environ.get("INPUTPIPE_TESTS_UNDER_TENSORPACK") == "1"
+if not UNDER_TENSORPACK:
     from inputpipe.dataflow import dataset
     from inputpipe.dataflow.dataset import DatasetDownloadError, _files
 
