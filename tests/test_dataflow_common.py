@@ -554,3 +554,55 @@ def test_print_data_and_test_data_speed_show_their_report_without_logging_setup(
     assert "inputpipe: datapoint 0/1 (check): list with 2 components" in proc.stderr
     assert "inputpipe: TestDataSpeed of PrintData:" in proc.stderr and "datapoints/s" in proc.stderr
     assert "10/10" in proc.stderr          # the progress bar
+
+
+class _Closable(DataFlow):
+    def __init__(self, log, name, fail=False):
+        self.log, self.name, self.fail = log, name, fail
+
+    def __iter__(self):
+        yield [self.name]
+
+    def __len__(self):
+        return 1
+
+    def close(self):
+        self.log.append(self.name)
+        if self.fail:
+            raise RuntimeError("close failed: " + self.name)
+
+
+@pytest.mark.parametrize("make", [
+    lambda flows: ConcatData(flows), lambda flows: JoinData(flows), lambda flows: RandomMixData(flows),
+    lambda flows: RandomChooseData(flows), lambda flows: RandomChooseData([(f, 1 / len(flows)) for f in flows]),
+])
+def test_composite_flows_close_every_input_even_when_one_fails(make):
+    log = []
+    flows = [_Closable(log, "a"), _Closable(log, "b", fail=True), _Closable(log, "c")]
+    composite = make(flows + [DataFromList([[0]], shuffle=False)])   # a flow without close() is skipped
+    with pytest.raises(RuntimeError, match="close failed: b"):
+        composite.close()
+    assert log == ["a", "b", "c"]
+
+
+class _OldStyle(DataFlow):
+    def get_data(self):
+        yield from ([0], [1], [2])
+
+    def size(self):
+        return 3
+
+
+@pytest.mark.xfail(strict=False, reason="needs the pre-0.9 API patch in base.py (processes engineer)")
+def test_pre_09_api_subclass_iterates_and_has_length():
+    df = _OldStyle()
+    assert list(df) == [[0], [1], [2]] and len(df) == 3
+    assert list(BatchData(df, 3))[0][0].tolist() == [0, 1, 2]
+
+    class OnlyData(DataFlow):
+        def get_data(self):
+            yield [7]
+
+    with pytest.raises(DataFlowLengthUnknown):
+        len(OnlyData())
+    assert list(OnlyData()) == [[7]]

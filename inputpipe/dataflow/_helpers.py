@@ -31,3 +31,20 @@ def check_positive_int(owner: str, name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError("{}: {} must be a positive int, got {!r}".format(owner, name, value))
     return int(value)
+
+
+def close_flows(flows: Sequence[Any]) -> None:
+    """``close()`` every flow that has one (all of them, even if one fails; the first error is
+    raised at the end), so that a composite flow stops every worker and socket under it."""
+    first_error = None
+    for df in flows:
+        close = getattr(df, "close", None)
+        if close is None:
+            continue
+        try:
+            close()
+        except Exception as err:  # noqa: BLE001 - the others must still be closed
+            if first_error is None:
+                first_error = err
+    if first_error is not None:
+        raise first_error

@@ -13,7 +13,7 @@ from typing import Any, Iterator, List, Sequence
 import numpy as np
 
 from ..utils.logger import get_logger
-from ._helpers import END, close_iterators, length_of
+from ._helpers import END, close_flows, close_iterators, length_of
 from .base import DataFlow, DataFlowLengthUnknown, RNGDataFlow, get_length, require_rng
 
 __all__ = ["RandomChooseData", "RandomMixData", "ConcatData", "JoinData"]
@@ -60,6 +60,10 @@ class RandomChooseData(RNGDataFlow):
         for df, _ in self.df_lists:
             df.reset_state()
 
+    def close(self) -> None:
+        """Close every input (those that have a ``close()``)."""
+        close_flows([df for df, _ in self.df_lists])
+
     def __len__(self) -> int:
         raise DataFlowLengthUnknown("RandomChooseData has no length: it stops at a random point")
 
@@ -104,6 +108,10 @@ class RandomMixData(RNGDataFlow):
         for df in self.df_lists:
             df.reset_state()
 
+    def close(self) -> None:
+        """Close every input (those that have a ``close()``)."""
+        close_flows(self.df_lists)
+
     def __len__(self) -> int:
         return sum(self._sizes())
 
@@ -147,6 +155,10 @@ class ConcatData(DataFlow):
         for df in self.df_lists:
             df.reset_state()
 
+    def close(self) -> None:
+        """Close every input (those that have a ``close()``)."""
+        close_flows(self.df_lists)
+
     def __len__(self) -> int:
         return sum(length_of(self, df, "its input {} ({})".format(k, type(df).__name__))
                    for k, df in enumerate(self.df_lists))
@@ -176,6 +188,10 @@ class JoinData(DataFlow):
     def reset_state(self) -> None:
         for df in self.df_lists:
             df.reset_state()
+
+    def close(self) -> None:
+        """Close every input (those that have a ``close()``)."""
+        close_flows(self.df_lists)
 
     def __len__(self) -> int:
         return min(length_of(self, df, "its input {} ({})".format(k, type(df).__name__))
