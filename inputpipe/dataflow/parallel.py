@@ -26,7 +26,7 @@ import weakref
 from typing import Any, Callable, Iterator, List, Optional
 
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
-from ..utils.errors import WorkerError
+from ..utils.errors import worker_error_class
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, get_length
 
@@ -271,8 +271,8 @@ class MultiThreadRunner(DataFlow):
 
     def _raise_failure(self) -> None:
         name, err, text = self._failures[0]
-        raise WorkerError(type(self).__name__, name, remote_traceback=text,
-                          reason="raised {}: {}".format(type(err).__name__, err)) from err
+        raise worker_error_class(type(err))(type(self).__name__, name, remote_traceback=text,
+                                            reason="raised {}: {}".format(type(err).__name__, err)) from err
 
     def __iter__(self) -> Iterator[Any]:
         if not self._threads or self._finalizer is None or not self._finalizer.alive:

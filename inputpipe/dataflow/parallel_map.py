@@ -27,7 +27,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
-from ..utils.errors import WorkerError
+from ..utils.errors import WorkerError, worker_error_class
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, get_length
 from .common import BatchData
@@ -275,8 +275,9 @@ class MultiThreadMapData(_ParallelMapBase):
             return None
         if isinstance(answer, tuple):
             err, text = answer
-            self._failure = WorkerError(type(self).__name__, self._threads[rank].name, remote_traceback=text,
-                                        reason="raised {}: {}".format(type(err).__name__, err))
+            self._failure = worker_error_class(type(err))(
+                type(self).__name__, self._threads[rank].name, remote_traceback=text,
+                reason="raised {}: {}".format(type(err).__name__, err))
             self._failure.__cause__ = err
             raise self._failure
         return rank, answer

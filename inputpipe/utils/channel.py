@@ -31,10 +31,20 @@ the consumer keeps everything it got (e.g. ``list(df)``), and waiting might neve
 then go through the pipe, slower but never stuck, and :attr:`ParentEnd.pipe_fallbacks` counts
 them.
 
-The segment is a file in ``/dev/shm`` that the worker maps with its pages populated up front
-(no page faults while copying) and unlinks as soon as it has mapped it (the parent also removes
-it on close, in case the worker never started), so no file is left behind, even when the parent
-is killed.
+The segment is a file in ``/dev/shm`` that never has a name: the parent creates it with
+``O_TMPFILE`` (or ``memfd_create`` where ``/dev/shm`` cannot make one) and hands the open file
+descriptor to the worker (inherited with ``fork``; passed by multiprocessing's descriptor passing
+with ``spawn``/``forkserver``). So no file is ever visible in ``/dev/shm``, and none can be left
+behind whenever the parent or a worker is killed: the memory is freed when the last process
+holding the descriptor or a mapping ends.
+
+The segment takes memory as it is used, not up front: its file is ``shm_bytes`` long but sparse,
+and the worker reserves (``posix_fallocate``) and pre-faults its pages in growing steps just
+before it first writes to them, so a pipeline of small datapoints takes little of ``/dev/shm``.
+When ``/dev/shm`` is full (Docker gives containers 64 MiB by default), the reservation fails
+cleanly instead of the worker dying of SIGBUS: the datapoint goes through the pipe, the worker
+keeps to the memory it has, and the parent logs one warning naming ``/dev/shm``'s size and free
+space. A datapoint larger than the whole segment also goes through the pipe, with one warning.
 
 Example::
 
@@ -43,9 +53,11 @@ Example::
     # in the parent:  kind, value = parent_end.receive()
 """
 import bisect
+import errno
 import mmap
 import multiprocessing as mp
 import os
+from multiprocessing import reduction
 import queue
 import tempfile
 import time
@@ -58,6 +70,7 @@ import numpy as np
 from . import serialize
 from .concurrency import StoppableThread
 from .copying import ParallelCopier
+from .errors import exception_type_named
 from .logger import get_logger
 
 __all__ = ["open_channel", "ParentEnd", "WorkerSpec", "WorkerEnd", "DEFAULT_SHM_BYTES"]
@@ -83,6 +96,13 @@ _INTERNAL_MAX_BYTES = 1 << 40
 
 # message kinds: a datapoint inside the message, a datapoint with array frames, an error
 _INLINE, _DATA, _ERROR = "in", "dp", "err"
+# why a large datapoint came through the pipe: the consumer holds the segment, the datapoint is
+# larger than the segment, /dev/shm has no room to grow the segment
+_HELD, _TOO_BIG, _NO_SPACE = "held", "big", "space"
+#: The segment's memory is reserved in steps of at least this (then doubling).
+_MIN_COMMIT_BYTES = 1 << 20
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)    # Linux >= 5.14
+_FD_LIMIT_ERRNOS = (errno.EMFILE, errno.ENFILE)
 
 
 def _aligned(n: int) -> int:
@@ -109,47 +129,114 @@ def _shm_dir() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
 
 
-def _create_segment(component: str, size: int) -> Tuple[Optional[str], Optional[mmap.mmap]]:
-    if size <= 0:
-        return None, None
-    fd, path = tempfile.mkstemp(prefix="inputpipe-", dir=_shm_dir())
+def _pages(n: int) -> int:
+    return (n + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+
+
+def _nameless_file(directory: str) -> int:
+    """A descriptor of a new, empty file that has no name (so none can be left behind).
+
+    ``O_TMPFILE`` in ``directory`` (its space is what ``df /dev/shm`` shows); ``memfd_create``
+    where the file system cannot make one; a name removed at once on systems with neither."""
+    if hasattr(os, "O_TMPFILE"):
+        try:
+            return os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except OSError as err:
+            if err.errno in _FD_LIMIT_ERRNOS:
+                raise
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("inputpipe-shm", os.MFD_CLOEXEC)
+    fd, path = tempfile.mkstemp(prefix="inputpipe-", dir=directory)
+    os.unlink(path)
+    return fd
+
+
+def shm_space(directory: Optional[str] = None) -> Tuple[int, int]:
+    """``(size, free bytes)`` of the file system that holds shared memory (``/dev/shm``)."""
+    stat = os.statvfs(directory or _shm_dir())
+    return stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize
+
+
+def _create_segment(component: str, capacity: int) -> Tuple[Optional[int], Optional[mmap.mmap], int]:
+    """``(descriptor, parent's mapping, capacity)`` of a new segment; ``(None, None, 0)`` when
+    shared memory is off or cannot be had (then everything goes through the pipe). Raises only
+    for running out of file descriptors, which the caller reports."""
+    if capacity <= 0:
+        return None, None, 0
+    capacity = _pages(capacity)
+    fd = _nameless_file(_shm_dir())
     try:
-        os.posix_fallocate(fd, 0, _table_bytes(size) + size)
-        mm = mmap.mmap(fd, _table_bytes(size) + size)
+        os.ftruncate(fd, _table_bytes(capacity) + capacity)     # sparse: takes no memory yet
+        os.posix_fallocate(fd, 0, _table_bytes(capacity))        # the region table only
+        mm = mmap.mmap(fd, _table_bytes(capacity) + capacity)
     except OSError as err:
-        os.unlink(path)
-        logger.warning("%s: cannot reserve %d bytes of shared memory in %s (%s); large arrays will "
-                       "go through a pipe, which is slower. Pass a smaller shm_bytes or enlarge /dev/shm.",
-                       component, size, _shm_dir(), err)
-        return None, None
-    finally:
         os.close(fd)
-    return path, mm
+        if err.errno in _FD_LIMIT_ERRNOS:
+            raise
+        logger.warning("%s: cannot set up shared memory in %s (%s); large arrays will go through a "
+                       "pipe, which is slower.", component, _shm_dir(), err)
+        return None, None, 0
+    return fd, mm, capacity
 
 
-def open_channel(component: str, shm_bytes: int = DEFAULT_SHM_BYTES) -> Tuple["ParentEnd", "WorkerSpec"]:
-    """Make the pipes and the shared-memory segment for one worker; returns both ends."""
-    result_reader, result_writer = mp.Pipe(duplex=False)
-    command_reader, command_writer = mp.Pipe(duplex=False)
-    path, mm = _create_segment(component, shm_bytes)
-    capacity = shm_bytes if mm is not None else 0
-    spec = WorkerSpec(result_writer, command_reader, path, capacity)
-    return ParentEnd(component, result_reader, command_writer, path, mm, capacity), spec
+def open_channel(component: str, shm_bytes: int = DEFAULT_SHM_BYTES,
+                 notices: Optional[set] = None) -> Tuple["ParentEnd", "WorkerSpec"]:
+    """Make the pipes and the shared-memory segment for one worker; returns both ends.
+
+    ``notices`` (a set shared by the channels of one pool) makes each kind of warning about
+    shared memory appear once per pool. On an error nothing stays open."""
+    made = []
+    try:
+        result_reader, result_writer = mp.Pipe(duplex=False)
+        made += [result_reader, result_writer]
+        command_reader, command_writer = mp.Pipe(duplex=False)
+        made += [command_reader, command_writer]
+        fd, mm, capacity = _create_segment(component, shm_bytes)
+    except BaseException:
+        for connection in made:
+            connection.close()
+        raise
+    spec = WorkerSpec(result_writer, command_reader, fd, capacity)
+    notices = set() if notices is None else notices
+    return ParentEnd(component, result_reader, command_writer, mm, capacity, notices), spec
 
 
 class WorkerSpec:
-    """The picklable worker half of a channel; call :meth:`open` in the worker."""
+    """The picklable worker half of a channel; call :meth:`open` in the worker.
 
-    def __init__(self, result_writer, command_reader, shm_path: Optional[str], shm_bytes: int):
+    It carries the segment's file descriptor: a forked worker inherits it; pickled for
+    ``spawn``/``forkserver``, it goes through multiprocessing's descriptor passing.
+
+    Example::
+
+        parent_end, spec = open_channel("MyRunner")
+        # start the worker with ``spec``, then: spec.close_in_parent()
+    """
+
+    def __init__(self, result_writer, command_reader, shm_fd: Optional[int], shm_bytes: int):
         self.result_writer = result_writer
         self.command_reader = command_reader
-        self.shm_path = shm_path
+        self.shm_fd = shm_fd
         self.shm_bytes = shm_bytes
 
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        if isinstance(self.shm_fd, int):
+            state["shm_fd"] = reduction.DupFd(self.shm_fd)
+        return state
+
     def close_in_parent(self) -> None:
-        """After the worker started: drop the parent's copies of the worker's pipe ends."""
+        """After the worker started: drop the parent's copies of the worker's pipe ends and of the
+        segment's descriptor (the worker has its own)."""
         self.result_writer.close()
         self.command_reader.close()
+        if isinstance(self.shm_fd, int):
+            os.close(self.shm_fd)
+        self.shm_fd = None
+
+    def _take_fd(self) -> Optional[int]:
+        fd = self.shm_fd
+        return fd if fd is None or isinstance(fd, int) else fd.detach()
 
     def open(self) -> "WorkerEnd":
         return WorkerEnd(self)
@@ -171,12 +258,10 @@ class WorkerEnd:
         self._capacity = spec.shm_bytes
         self._mm = None
         self._regions = None
-        if spec.shm_path is not None:
-            size = _table_bytes(self._capacity) + self._capacity
-            # MAP_POPULATE maps every page now: copies into the segment never stop on a page fault
-            with open(spec.shm_path, "r+b") as f:
-                self._mm = mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
-            _unlink(spec.shm_path)      # mapped on both sides: no name needed, none left behind
+        self._fd = spec._take_fd()
+        self._committed = 0           # bytes at the start of the data area backed by memory
+        if self._fd is not None:
+            self._mm = mmap.mmap(self._fd, _table_bytes(self._capacity) + self._capacity, flags=mmap.MAP_SHARED)
             self._regions = _Regions(_table(self._mm, self._capacity), self._capacity)
         self._reader = None
         self._copier = ParallelCopier(name="inputpipe-worker-copy")
@@ -193,13 +278,57 @@ class WorkerEnd:
         self._regions.wait_for_warm_region(size)
         slot = self._regions.allocate(size)
         pause = _SHM_POLL_SECONDS[0]
-        while slot is None and size <= self._capacity and self._regions.awaiting_receipt():
+        while slot is None and size <= self._regions.capacity and self._regions.awaiting_receipt():
             if self._reader is not None and not self._reader.is_alive():
                 raise EOFError("the parent closed the channel")
             time.sleep(pause)
             pause = min(2 * pause, _SHM_POLL_SECONDS[1])
             slot = self._regions.allocate(size)
         return slot
+
+    def _commit(self, end: int) -> bool:
+        """Back the data area up to ``end`` with memory (reserved and pre-faulted), growing in
+        doubling steps. False when the file system has no room: the segment then stays at what
+        it has, and what does not fit goes through the pipe."""
+        if end <= self._committed:
+            return True
+        table = _table_bytes(self._capacity)
+        wanted = min(self._capacity, _pages(max(end, 2 * self._committed, _MIN_COMMIT_BYTES)))
+        for target in sorted({wanted, min(self._capacity, _pages(end))}, reverse=True):
+            try:
+                os.posix_fallocate(self._fd, table + self._committed, target - self._committed)
+            except OSError as err:
+                if err.errno not in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+                    raise
+                continue
+            self._prefault(table + self._committed, target - self._committed)
+            self._committed = target
+            return True
+        self._regions.limit(self._committed)
+        return False
+
+    def _prefault(self, offset: int, length: int) -> None:
+        """Map the pages of a newly reserved range now, so copies into it never stop on a page
+        fault (``MADV_POPULATE_WRITE``, else writing one byte per page; nothing lives there yet)."""
+        try:
+            self._mm.madvise(_MADV_POPULATE_WRITE, offset, length)
+        except (OSError, ValueError):
+            np.frombuffer(self._mm, np.uint8, length, offset)[::mmap.PAGESIZE] = 0
+
+    def _place(self, total: int) -> Tuple[Optional[Tuple[int, int]], Optional[str]]:
+        """``(slot, None)`` for a datapoint of ``total`` array bytes in shared memory, or
+        ``(None, why)`` when it goes through the pipe."""
+        if total > self._capacity:
+            return None, _TOO_BIG
+        if total > self._regions.capacity:
+            return None, _NO_SPACE
+        slot = self._allocate_waiting(total)
+        if slot is None:
+            return None, (_NO_SPACE if total > self._regions.capacity else _HELD)
+        if not self._commit(slot[1] + total):
+            self._regions.cancel(slot[0])
+            return None, _NO_SPACE
+        return slot, None
 
     def send_datapoint(self, obj: Any) -> int:
         """Send one datapoint; returns the number of array bytes it carried in frames."""
@@ -215,9 +344,11 @@ class WorkerEnd:
         payload = [memoryview(f).cast("B") for f in frames[1:]]
         lengths = [p.nbytes for p in payload]
         use_shm = self._mm is not None and _uses_shared_memory(lengths)
-        slot = self._allocate_waiting(sum(_aligned(n) for n in lengths)) if use_shm else None
+        slot, why = self._place(sum(_aligned(n) for n in lengths)) if use_shm else (None, None)
         control = {"k": _DATA, "h": bytes(frames[0]), "len": lengths, "r": -1, "o": 0}
         if slot is None:
+            if why is not None:
+                control["why"] = why
             self._send_control(control)
             for part in payload:
                 self._conn.send_bytes(part)
@@ -235,8 +366,10 @@ class WorkerEnd:
         """Report ``exc`` (with its traceback text) to the parent; ignores a closed pipe."""
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         summary = "{}: {}".format(type(exc).__name__, exc)
+        kind = type(exc)
         try:
-            self._send_control({"k": _ERROR, "tb": text, "what": summary})
+            self._send_control({"k": _ERROR, "tb": text, "what": summary,
+                                "mod": str(getattr(kind, "__module__", "")), "qn": kind.__qualname__})
         except OSError:
             pass
 
@@ -285,6 +418,20 @@ class _Regions:
         self._last_two: List[Tuple[int, int]] = []    # (region id, allocation number), newest last
         self._released: List[int] = []          # offsets of reclaimed regions, newest last
         self._warm_wait_skips = 0
+
+    @property
+    def capacity(self) -> int:
+        """Bytes new regions may use (less than the segment after :meth:`limit`)."""
+        return self._capacity
+
+    def limit(self, capacity: int) -> None:
+        """Place no region beyond ``capacity`` bytes from now on (the memory there cannot be had);
+        every live region lies below it."""
+        self._capacity = min(self._capacity, capacity)
+
+    def cancel(self, rid: int) -> None:
+        """Give back a region that was allocated but never sent."""
+        self._states[rid] = _FREE
 
     def _reclaim(self) -> None:
         freed = np.flatnonzero(self._live & (self._states == _FREE)).tolist()
@@ -406,44 +553,62 @@ class ParentEnd:
 
     Example::
 
-        kind, value = end.receive()   # ("data", datapoint) or ("error", (summary, traceback))
+        kind, value = end.receive()   # ("data", dp) or ("error", (summary, traceback, type or None))
     """
 
-    def __init__(self, component: str, result_reader, command_writer, shm_path, mm, capacity: int):
+    def __init__(self, component: str, result_reader, command_writer, mm, capacity: int, notices: set):
         self.component = component
         self.connection = result_reader
         self._commands = command_writer
-        self._shm_path = shm_path
+        self._capacity = capacity
+        self._notices = notices
         self._mm = mm
         self._data_offset = _table_bytes(capacity)
         self._states = _table(mm, capacity) if mm is not None else None
         self.pipe_fallbacks = 0
 
     def receive(self) -> Tuple[str, Any]:
-        """Read one message: ``("data", datapoint)`` or ``("error", (summary, traceback))``.
-        Raises EOFError/OSError when the worker's end is gone."""
+        """Read one message: ``("data", datapoint)`` or ``("error", (summary, traceback, type))``,
+        where ``type`` is the class of the worker's exception if it is importable here (else
+        None). Raises EOFError/OSError when the worker's end is gone."""
         control = serialize.loads(self.connection.recv_bytes(), max_bytes=_INTERNAL_MAX_BYTES, copy=True)
         kind = control.get("k") if isinstance(control, dict) else None
         if kind == _INLINE:
             return "data", control["v"]
         if kind == _ERROR:
-            return "error", (control["what"], control["tb"])
+            return "error", (control["what"], control["tb"],
+                             exception_type_named(control.get("mod"), control.get("qn")))
         if kind != _DATA:
             raise serialize.WireFormatError("{}: expected a message from a worker, got {!r}".format(
                 self.component, control))
         if control["r"] < 0:
-            if self._states is not None and _uses_shared_memory(control["len"]):
-                self._note_fallback(control["len"])
+            if "why" in control:
+                self._note_fallback(control["len"], control["why"])
             frames = [control["h"]] + [self.connection.recv_bytes() for _ in control["len"]]
             return "data", serialize.loads_frames(frames, max_bytes=_INTERNAL_MAX_BYTES, copy=True)
         return "data", self._load_shared(control)
 
-    def _note_fallback(self, lengths: List[int]) -> None:
-        if not self.pipe_fallbacks:
+    def _note_fallback(self, lengths: List[int], why: str) -> None:
+        self.pipe_fallbacks += 1
+        if why in self._notices:
+            return
+        self._notices.add(why)
+        nbytes = sum(lengths)
+        if why == _TOO_BIG:
+            logger.warning("%s: a datapoint of %d bytes is larger than a worker's shared memory "
+                           "(shm_bytes=%d); datapoints that large come through a pipe (slower). Pass "
+                           "a shm_bytes larger than the datapoints.", self.component, nbytes, self._capacity)
+        elif why == _NO_SPACE:
+            size, free = shm_space()
+            logger.warning("%s: %s (%.1f MiB, %.1f MiB free) has no room for a worker to grow its shared "
+                           "memory for a datapoint of %d bytes; it came through a pipe (slower), as will "
+                           "what does not fit in the shared memory the workers have. Enlarge %s (e.g. "
+                           "docker run --shm-size=1g) or pass a smaller shm_bytes.", self.component,
+                           _shm_dir(), size / 2 ** 20, free / 2 ** 20, nbytes, _shm_dir())
+        else:
             logger.info("%s: a worker's shared memory is full of arrays the consumer still holds; a "
                         "datapoint of %d bytes came through a pipe (slower). Keep fewer datapoints "
-                        "alive or pass a larger shm_bytes.", self.component, sum(lengths))
-        self.pipe_fallbacks += 1
+                        "alive or pass a larger shm_bytes.", self.component, nbytes)
 
     def _load_shared(self, control: dict) -> Any:
         rid, pos = control["r"], self._data_offset + control["o"]
@@ -460,25 +625,12 @@ class ParentEnd:
     def send_command(self, obj: Any) -> None:
         self._commands.send_bytes(serialize.dumps(obj))
 
-    def _unlink(self) -> None:
-        if self._shm_path is not None:
-            _unlink(self._shm_path)
-            self._shm_path = None
-
     def close(self) -> None:
-        """Close the pipes and remove the segment's file (the memory lives while arrays use it)."""
-        self._unlink()
+        """Close the pipes and drop the segment (its memory lives while arrays still use it)."""
         self.connection.close()
         self._commands.close()
         self._states = None
         self._mm = None
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _release_region(states: np.ndarray, rid: int) -> None:

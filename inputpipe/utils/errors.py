@@ -1,5 +1,10 @@
 """Errors shared by the parts of inputpipe that run code in other threads and processes.
 
+A :class:`WorkerError` for an exception raised in a worker is also an instance of that
+exception's class where that class can be derived from safely (:func:`worker_error_class`), so
+code written for tensorpack that catches ``ValueError``, ``KeyError`` or its own exception class
+around a parallel DataFlow keeps catching it, and gets the worker's traceback with it.
+
 Example::
 
     try:
@@ -9,9 +14,12 @@ Example::
         print(err.pid, err.signal_name, err.remote_traceback)
 """
 import signal
-from typing import Optional
+import sys
+import threading
+import weakref
+from typing import Optional, Type
 
-__all__ = ["WorkerError"]
+__all__ = ["WorkerError", "worker_error_class", "exception_type_named"]
 
 
 def _signal_name(signum: int) -> str:
@@ -28,12 +36,24 @@ class WorkerError(RuntimeError):
     raised in the worker (with its traceback text, also in ``remote_traceback``), or how the
     worker process ended (``exitcode``; ``signal_number``/``signal_name`` when it was killed).
 
+    When the worker raised an exception, ``original_type`` is its class, and the error is an
+    instance of :func:`worker_error_class` ``(original_type)``: it matches ``except WorkerError``
+    and ``except original_type`` both.
+
     Example::
 
         except WorkerError as err:
             if err.signal_name == "SIGKILL":
                 print("worker", err.pid, "was killed, maybe by the OOM killer")
     """
+
+    #: The class of the exception raised in the worker (None when the worker died another way).
+    original_type: Optional[type] = None
+
+    def __new__(cls, *args, **kwargs):
+        # the original class' own __new__ (if any) would expect its own arguments; the state of
+        # this error is set by WorkerError.__init__ alone
+        return super().__new__(cls)
 
     def __init__(self, component: str, worker: str, pid: Optional[int] = None,
                  exitcode: Optional[int] = None, remote_traceback: Optional[str] = None,
@@ -45,7 +65,17 @@ class WorkerError(RuntimeError):
         self.remote_traceback = remote_traceback
         self.signal_number = -exitcode if exitcode is not None and exitcode < 0 else None
         self.signal_name = _signal_name(self.signal_number) if self.signal_number else None
-        super().__init__(self._describe(reason))
+        self.reason = reason
+        self.message = self._describe(reason)
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        # not the original class' __str__ (KeyError's would quote the whole message)
+        return self.message
+
+    def __reduce__(self):
+        return _rebuild, (self.original_type, self.component, self.worker, self.pid, self.exitcode,
+                          self.remote_traceback, self.reason)
 
     def _describe(self, reason: Optional[str]) -> str:
         who = "{}: {}".format(self.component, self.worker)
@@ -63,3 +93,70 @@ class WorkerError(RuntimeError):
         if self.remote_traceback:
             message += "\n\nTraceback in the worker:\n" + self.remote_traceback.rstrip()
         return message
+
+
+def _rebuild(original_type, component, worker, pid, exitcode, remote_traceback, reason) -> WorkerError:
+    return worker_error_class(original_type)(component, worker, pid, exitcode, remote_traceback, reason)
+
+
+_derived: "weakref.WeakKeyDictionary[type, type]" = weakref.WeakKeyDictionary()
+_derived_lock = threading.Lock()
+
+
+def worker_error_class(original_type: Optional[type]) -> Type[WorkerError]:
+    """The :class:`WorkerError` class to raise for an exception of ``original_type`` in a worker.
+
+    For an ``Exception`` subclass that can be combined with ``WorkerError`` (no conflicting
+    instance layout, no metaclass or ``__init_subclass__`` that refuses it, constructible), a
+    class deriving from both, made once per type; otherwise ``WorkerError`` itself (e.g. for
+    ``OSError``, whose instances have a layout of their own; for ``BaseException``-only
+    types like ``SystemExit``, which a consumer should not mistake for its own; and for
+    ``StopIteration``, which a generator may not raise).
+
+    Example::
+
+        cls = worker_error_class(ValueError)
+        assert issubclass(cls, WorkerError) and issubclass(cls, ValueError)
+        assert worker_error_class(OSError) is WorkerError
+    """
+    if (not isinstance(original_type, type) or not issubclass(original_type, Exception)
+            or issubclass(original_type, (WorkerError, StopIteration, StopAsyncIteration))):
+        return WorkerError
+    with _derived_lock:
+        cls = _derived.get(original_type)
+        if cls is None:
+            cls = _derive(original_type)
+            _derived[original_type] = cls
+    return cls
+
+
+def _derive(original_type: type) -> Type[WorkerError]:
+    name = "WorkerError[{}]".format(original_type.__name__)
+    try:
+        cls = type(WorkerError)(name, (WorkerError, original_type), {
+            "__module__": __name__, "__qualname__": name, "original_type": original_type})
+        cls("probe", "worker", reason="probe")      # a class that cannot be made or raised is no use
+    except Exception:
+        return WorkerError
+    return cls
+
+
+def exception_type_named(module: Optional[str], qualname: Optional[str]) -> Optional[type]:
+    """The exception class ``module.qualname`` if that module is already imported here, else None.
+
+    Used by the parent to find the class of an exception raised in a worker process from its
+    name; nothing is imported (the name comes over a pipe). A spawned worker runs the parent's
+    main module as ``__mp_main__``, which is ``__main__`` here.
+
+    Example::
+
+        assert exception_type_named("builtins", "KeyError") is KeyError
+    """
+    if not module or not qualname:
+        return None
+    found = sys.modules.get("__main__" if module == "__mp_main__" else module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            return None
+    return found if isinstance(found, type) and issubclass(found, BaseException) else None

@@ -32,6 +32,7 @@ Example::
     pool.close()
 """
 import ctypes
+import errno
 import multiprocessing as mp
 import os
 import pickle
@@ -45,7 +46,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from . import seeding
 from .concurrency import POLL_INTERVAL, StoppableThread
-from .errors import WorkerError
+from .errors import WorkerError, worker_error_class
 from .logger import get_logger
 
 __all__ = ["START_METHODS", "default_start_method", "WorkerProcesses", "WorkerPool", "WorkerPoolOwner"]
@@ -146,28 +147,35 @@ class WorkerProcesses:
         self._target = target
         self._args = [tuple(a) for a in args_per_worker]
         self.processes: List[mp.Process] = []
+        self._pids: List[int] = []          # kept after close(), which releases the process objects
         self._finalizer = weakref.finalize(self, _stop_processes, self.processes)
 
     def start(self) -> None:
         """Start every worker."""
-        ctx = mp.get_context(self.start_method)
-        in_main_thread = threading.current_thread() is threading.main_thread()
-        parent_pid = None if self.start_method == "forkserver" else os.getpid()
-        for rank, args in enumerate(self._args):
-            proc = ctx.Process(
-                target=_worker_main,
-                args=(self._target, rank, args, parent_pid, in_main_thread, seeding.get_global_seed()),
-                name="{}-worker-{}".format(self.component, rank),
-                daemon=True,
-            )
-            self.processes.append(proc)
-            proc.start()
+        for args in self._args:
+            self.add(args)
         logger.debug("%s started %d %s workers: pids %s", self.component, len(self.processes),
                      self.start_method, self.pids)
 
+    def add(self, args: Sequence[Any]) -> int:
+        """Start one more worker running ``target(rank, *args)``; returns its rank."""
+        rank = len(self.processes)
+        in_main_thread = threading.current_thread() is threading.main_thread()
+        proc = mp.get_context(self.start_method).Process(
+            target=_worker_main,
+            args=(self._target, rank, tuple(args), None if self.start_method == "forkserver" else os.getpid(),
+                  in_main_thread, seeding.get_global_seed()),
+            name="{}-worker-{}".format(self.component, rank),
+            daemon=True,
+        )
+        proc.start()
+        self.processes.append(proc)
+        self._pids.append(proc.pid)
+        return rank
+
     @property
     def pids(self) -> List[int]:
-        return [p.pid for p in self.processes]
+        return list(self._pids)
 
     @property
     def sentinels(self) -> List[int]:
@@ -175,13 +183,18 @@ class WorkerProcesses:
         return [p.sentinel for p in self.processes]
 
     def worker_error(self, rank: int, remote_traceback: Optional[str] = None,
-                     reason: Optional[str] = None) -> WorkerError:
-        """A :class:`WorkerError` for worker ``rank``, with its exit code if it has ended."""
+                     reason: Optional[str] = None, original_type: Optional[type] = None) -> WorkerError:
+        """A :class:`WorkerError` for worker ``rank``, with its exit code if it has ended; also an
+        instance of ``original_type`` (the class of the worker's exception) where possible."""
         proc = self.processes[rank]
-        if reason is None and remote_traceback is None:
-            proc.join(timeout=POLL_INTERVAL * 10)   # the exit status of a process we saw end
-        return WorkerError(self.component, "worker {}".format(rank), proc.pid,
-                           proc.exitcode, remote_traceback, reason)
+        try:
+            if reason is None and remote_traceback is None:
+                proc.join(timeout=POLL_INTERVAL * 10)   # the exit status of a process we saw end
+            exitcode = proc.exitcode
+        except ValueError:                              # released by close()
+            exitcode = None
+        return worker_error_class(original_type)(self.component, "worker {}".format(rank), self._pids[rank],
+                                                 exitcode, remote_traceback, reason)
 
     def close(self) -> None:
         """Stop every worker: SIGTERM, then SIGKILL after a short grace period; reap them all."""
@@ -205,6 +218,9 @@ def _stop_processes(processes: List[mp.Process]) -> None:
             logger.warning("%s did not exit %.1f s after SIGTERM; sending SIGKILL", proc.name, _TERMINATE_GRACE)
             proc.kill()
             proc.join(timeout=1.0)
+    for proc in processes:
+        if proc.exitcode is not None:
+            proc.close()            # its sentinel pipe now, not when the object is collected
 
 
 class WorkerPool:
@@ -257,23 +273,37 @@ class WorkerPool:
         return sum(end.pipe_fallbacks for end in self._ends)
 
     def start(self) -> None:
-        """Check that the target and arguments can be pickled (``spawn``/``forkserver``), make
-        the channels and start the workers."""
+        """Check that the target and arguments can be pickled (``spawn``/``forkserver``), then
+        make each worker's channel and start it, one worker after the other (so a forked worker
+        inherits no other worker's end of a channel).
+
+        If a worker cannot be started (most often: too many open files for a large ``num``),
+        everything already made is closed and stopped, and the error names the component, the
+        worker and the limit."""
         from . import channel
 
         if self._start_method != "fork":
             _check_picklable(self.component, self._start_method, (self._target,) + self._args)
-        ends, specs = zip(*(channel.open_channel(self.component, self._shm_bytes) for _ in range(self.num)))
-        self._ends = list(ends)
-        procs = WorkerProcesses(self.component, _serve_channel,
-                                [(self._target, spec) + self._args for spec in specs], self._start_method)
+        procs = WorkerProcesses(self.component, _serve_channel, [], self._start_method)
+        self._ends = []
         selectors_made: List[selectors.BaseSelector] = []
         self._finalizer = weakref.finalize(self, _close_pool, procs, self._ends, selectors_made)
-        try:
-            procs.start()
-        finally:
-            for spec in specs:
-                spec.close_in_parent()
+        notices: set = set()
+        for rank in range(self.num):
+            spec = None
+            try:
+                end, spec = channel.open_channel(self.component, self._shm_bytes, notices)
+                self._ends.append(end)
+                procs.add((self._target, spec) + self._args)
+            except BaseException as err:
+                self._finalizer()
+                if isinstance(err, OSError):
+                    raise self._start_error(rank, err) from err
+                raise
+            finally:
+                if spec is not None:
+                    spec.close_in_parent()
+        logger.debug("%s started %d %s workers: pids %s", self.component, self.num, self._start_method, procs.pids)
         self._procs = procs
         # made after the workers forked, so that none of them shares it
         self._selector = selectors.DefaultSelector()
@@ -281,6 +311,20 @@ class WorkerPool:
         for rank, (end, sentinel) in enumerate(zip(self._ends, procs.sentinels)):
             self._selector.register(end.connection, selectors.EVENT_READ, (_MESSAGE, rank))
             self._selector.register(sentinel, selectors.EVENT_READ, (_ENDED, rank))
+
+    def _start_error(self, rank: int, err: OSError) -> OSError:
+        what = err.strerror or str(err)
+        advice = ""
+        if err.errno == errno.EMFILE:
+            import resource
+
+            what = "too many open files (RLIMIT_NOFILE={})".format(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+            advice = "; lower num_proc or raise the limit (ulimit -n)"
+        elif err.errno == errno.ENFILE:
+            what = "the system's table of open files is full (ENFILE)"
+            advice = "; lower num_proc or raise fs.file-max"
+        return type(err)(err.errno, "{}: could not start worker {} of {}: {}{}".format(
+            self.component, rank, self.num, what, advice))
 
     def send(self, rank: int, command: Any) -> None:
         """Send ``command`` (wire format) to worker ``rank``."""
@@ -313,8 +357,9 @@ class WorkerPool:
             except (EOFError, OSError):
                 raise self._fail(self._procs.worker_error(rank)) from None
             if kind == "error":
-                summary, remote_traceback = value
-                raise self._fail(self._procs.worker_error(rank, remote_traceback, "raised " + summary))
+                summary, remote_traceback, original_type = value
+                raise self._fail(self._procs.worker_error(rank, remote_traceback, "raised " + summary,
+                                                          original_type))
             self._next_rank = rank + 1
             return rank, value
         return None
