@@ -51,8 +51,9 @@ def test_slow_source_feeding_a_fast_map_names_the_source():
     assert mapper.name == "MapData(sleep_0.2ms)"
     assert source.inputs == [] and mapper.inputs == [0]
     assert source.datapoints == mapper.datapoints == report.datapoints > 50
-    assert source.own_ms_per_datapoint > 2.5 and mapper.own_ms_per_datapoint < 1.0
-    assert source.share > 0.6 and source.share > 5 * mapper.share
+    # a loaded machine delays every wake-up from sleep alike, so only wide ratios are asserted
+    assert source.own_ms_per_datapoint > 2.5 and mapper.own_ms_per_datapoint < source.own_ms_per_datapoint / 2
+    assert source.share > 0.6 and source.share > 2 * mapper.share
     assert "Make reading faster" in report.suggestion and "LocallyShuffleData" in report.suggestion
 
 
@@ -61,7 +62,7 @@ def test_slow_map_after_a_fast_source_names_the_map():
     report = profile(df, **RUN)
     assert report.limiting.name == "MapData(sleep_3.0ms)"
     assert report.limiting_index == 1
-    assert report.stage("DataFromGenerator").own_ms_per_datapoint < 1.0
+    assert report.stage("DataFromGenerator").own_ms_per_datapoint < report.limiting.own_ms_per_datapoint / 2
     assert "MultiProcessMapData(ds, num_proc=" in report.suggestion
     # own times and the consumer's account for the whole window (up to the timing cost)
     accounted = sum(s.own_seconds for s in report.stages) + report.consumer_seconds

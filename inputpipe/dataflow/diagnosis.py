@@ -237,7 +237,7 @@ def suggest(report: ProfileReport) -> str:
                        "(each running send_dataflow_zmq), or run `python -m inputpipe.doctor` on the producers' "
                        "DataFlow on their host to find their slow stage.")
     if stage.kind in (PARALLEL_MAP, THREAD_MAP, RUNNER):
-        return head + _suggest_parallel(stage, stages, index, total, rest, cores)
+        return head + _suggest_parallel(stage, stages, index, rest, cores)
     if parallel is not None and stage.kind in (MAP, IMAGE, BATCH, OTHER):
         return head + ("It runs one datapoint at a time in the consumer's process, next to {} whose workers run "
                        "in parallel: move this work into the workers ({}).".format(
@@ -272,33 +272,38 @@ def suggest(report: ProfileReport) -> str:
                    .format(k) + remark)
 
 
-def _suggest_parallel(stage: StageProfile, stages: List[StageProfile], index: int, total: float, rest: float,
-                      cores: int) -> str:
+def _suggest_parallel(stage: StageProfile, stages: List[StageProfile], index: int, rest: float, cores: int) -> str:
     workers = stage.workers or 1
     more, remark = _workers_needed(workers, stage.own_seconds, rest, cores)
     unit = stage.worker_unit or "workers"
-    busy = stage.busy_share
+    busy, cpu = stage.busy_share, stage.worker_cpu_share
     if busy is not None and busy < 0.5:
         return ("The consumer waits for it while its workers are busy only {:.0%} of the time: the cost is in "
                 "moving results to the consumer, not in the work. Batch in the workers "
                 "(MultiProcessMapAndBatchData) so fewer, larger messages cross, and send compact arrays "
                 "(uint8 images, not float64).".format(busy))
+    if cpu is not None and cpu * workers >= 0.8 * cores:
+        return ("Its {} {} already use {:.1f} of the {} cores: more of them will not help. Make the work "
+                "cheaper (decode smaller images, move work to the graph) or add machines: remote producers "
+                "running send_dataflow_zmq, received with RemoteDataZMQ.".format(workers, unit, cpu * workers, cores))
     if stage.kind == THREAD_MAP:
         return ("Its {} cannot keep up. Threads share the GIL: if map_func is Python or numpy code that holds it, "
                 "use MultiProcessMapData(num_proc={}); if it waits on I/O or releases the GIL, raise num_thread "
                 "to {}.".format(unit, more, more) + remark)
-    inner = ""
+    notes = []
+    if cpu is not None and busy is None and cpu < 0.3:
+        notes.append(" Its workers use little CPU ({:.0%}): if map_func does not wait on I/O, the time goes to "
+                     "moving data, and batching in the workers (MultiProcessMapAndBatchData) helps more than more "
+                     "{}.".format(cpu, unit))
+    elif stage.kind == PARALLEL_MAP and "AndBatch" not in stage.type_name \
+            and any(s.kind == BATCH for s in _ancestors(stages, index)):
+        notes.append(" With many small datapoints, batching in the workers (MultiProcessMapAndBatchData) also cuts "
+                     "the per-datapoint transfer cost.")
     if stage.kind == RUNNER:
-        inner = (" To see which stage inside the workers is slow, profile the flow it copies on its own: "
-                 "profile(df.ds) (the workers' stages are not timed in this run).")
-    below = [s for s in _descendants(stages, index) if s.kind == BATCH]
-    batch = ""
-    if stage.kind == PARALLEL_MAP and not below and any(s.kind == BATCH for s in _ancestors(stages, index)) \
-            and "AndBatch" not in stage.type_name:
-        batch = (" With many small datapoints, batching in the workers (MultiProcessMapAndBatchData) also cuts "
-                 "the per-datapoint transfer cost.")
-    return "Its {} cannot keep up: use more {} ({} now, {}).{}{}{}".format(
-        unit, unit, workers, more, remark, batch, inner)
+        notes.append(" To see which stage inside the workers is slow, profile the flow it copies on its own: "
+                     "profile(df.ds) (the workers' stages are not timed in this run).")
+    return "Its {} cannot keep up: use more {} ({} now, {}).{}{}".format(
+        unit, unit, workers, more, remark, "".join(notes))
 
 
 def cpu_count() -> int:

@@ -175,7 +175,10 @@ class _Probe(DataFlow):
             close()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["_probed"], name)
+        probed = self.__dict__.get("_probed")
+        if probed is None:
+            raise AttributeError(name)
+        return getattr(probed, name)
 
 
 _PROBE_CLASSES: Dict[type, type] = {}
@@ -264,6 +267,8 @@ class _Instrumented:
             if inner is not None:
                 node.note = "its input {} runs in the workers (not timed)".format(type(inner).__name__)
             return node
+        if "_dfs" in flow.__dict__ and _kind_of(flow, False) == RUNNER:
+            node.note = "its copies run in threads (not timed)"
         if id(flow) in {id(n.flow) for n in self.nodes[:-1]}:
             return node                       # the same flow object twice (e.g. JoinData([df, df]))
         slots = _input_slots(flow)
