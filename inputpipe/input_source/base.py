@@ -337,7 +337,8 @@ class InputStepHook(tf.compat.v1.train.SessionRunHook):
     def begin(self) -> None:
         self._deps = FetchDependencies(self.source._graph)
         with self.source._graph.as_default():
-            self.source.stats.build_summaries(self.source.name)
+            scalars = [s for s in InputStats.SCALARS if s != "queue_size" or s in self.source._source_stat_tensors()]
+            self.source.stats.build_summaries(self.source.name, scalars)
 
     def before_run(self, run_context):
         source = self.source

@@ -16,12 +16,13 @@ import collections
 import functools
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from ..utils.logger import get_logger
+from .placement import on_host
 
 __all__ = ["InputStats"]
 
@@ -73,6 +74,8 @@ class InputStats:
 
     def record(self, wait: float, step_time: float, queue_size: Optional[float] = None) -> None:
         """Record one consuming step: ``wait`` and ``step_time`` in seconds."""
+        wait, step_time = float(wait), float(step_time)           # plain Python numbers, not numpy scalars
+        queue_size = None if queue_size is None else float(queue_size)
         with self._lock:
             self.steps += 1
             if self.steps <= self.warmup_steps:
@@ -127,7 +130,7 @@ class InputStats:
         return self.queue_size_sum / self.queue_size_steps if self.queue_size_steps else None
 
     def summary(self) -> Dict[str, Optional[float]]:
-        """A dict of the totals, e.g. for logging or a benchmark table."""
+        """A dict of the totals (plain Python ``int``/``float``/None), e.g. for logging or a table."""
         counted = max(self.steps - self.warmup_steps, 0)
         return {
             "steps": self.steps,
@@ -143,15 +146,16 @@ class InputStats:
         """The latest recorded value of ``stat`` (one of :data:`SCALARS`), 0 before any step."""
         return float(self.last.get(stat, 0.0))
 
-    def build_summaries(self, scope: str) -> List[tf.Tensor]:
+    def build_summaries(self, scope: str, scalars: Sequence[str] = SCALARS) -> List[tf.Tensor]:
         """Create ``tf.compat.v1.summary.scalar``\\ s named ``input_source/<scope>/<stat>`` in the
         default graph (added to the SUMMARIES collection, so ``merge_all()`` includes them).
         Each reads :meth:`latest` when it is evaluated: the values of the last consuming step
-        that finished. Idempotent: a second call creates nothing."""
+        that finished. Only ``scalars`` are made (a source without a queue leaves out
+        ``queue_size``). Idempotent: a second call creates nothing."""
         if self._summaries:
             return []
-        for stat in self.SCALARS:
-            with tf.name_scope("input_source_stats"):
+        for stat in [s for s in self.SCALARS if s in scalars]:
+            with tf.name_scope("input_source_stats"), on_host():     # numpy_function: no GPU kernel
                 value = tf.numpy_function(functools.partial(self._latest_array, stat), [], tf.float32,
                                           stateful=True, name="{}_{}".format(scope, stat))
                 value.set_shape([])
