@@ -27,6 +27,8 @@ Example::
 import io
 import logging
 import os
+import re
+import time
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
@@ -113,7 +115,13 @@ def _decode(source, name: str, draft_size: int) -> Image.Image:
     except FileNotFoundError:
         raise DatasetError("image file {} disappeared while training".format(name)) from None
     except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError, ValueError) as err:
-        raise CorruptImageError("corrupt image file {}: {}".format(name, err)) from None
+        raise CorruptImageError("corrupt image file {}: {}".format(name, pillow_reason(err))) from None
+
+
+def pillow_reason(err: BaseException) -> str:
+    """Pillow's message without the reprs it embeds (``<_io.BytesIO object at 0x7f...>``)."""
+    reason = re.sub(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>", "", str(err)).strip()
+    return reason or type(err).__name__
 
 
 class DecodeAndAugment:
@@ -125,6 +133,8 @@ class DecodeAndAugment:
     random horizontal flip, then ``(pixel - mean) / std``. Randomness comes from a per-process
     RNG made by :func:`inputpipe.dataflow.seeding.new_rng`, so worker processes never repeat each
     other's crops, and ``seeding.set_global_seed`` (``--seed``) makes the crops reproducible.
+    ``extra_cost_ms`` makes every image take that much longer (a sleep: it stands for a slow
+    read or heavier augmentation without taking a core from the model on a small machine).
 
     Example::
 
@@ -132,9 +142,12 @@ class DecodeAndAugment:
         image, label = augment(["cat/001.jpg", 3])
     """
 
-    def __init__(self, crop_size: int, on_corrupt: str = "skip", training: bool = True):
+    def __init__(self, crop_size: int, on_corrupt: str = "skip", training: bool = True, extra_cost_ms: float = 0.0):
         if on_corrupt not in ("skip", "fail"):
             raise ValueError("on_corrupt must be 'skip' or 'fail', got {!r}".format(on_corrupt))
+        if extra_cost_ms < 0:
+            raise ValueError("extra_cost_ms must be >= 0, got {}".format(extra_cost_ms))
+        self.extra_cost = extra_cost_ms / 1e3
         self.crop_size = int(crop_size)
         self.resize_to = int(round(self.crop_size * 1.25))
         self.on_corrupt = on_corrupt
@@ -159,7 +172,10 @@ class DecodeAndAugment:
             if self.on_corrupt == "fail":
                 raise
             return [np.frombuffer(str(name).encode("utf-8"), dtype=np.uint8).copy(), np.int32(CORRUPT_LABEL)]
-        return [self._augment(image), np.int32(label)]
+        pixels = self._augment(image)
+        if self.extra_cost:
+            time.sleep(self.extra_cost)
+        return [pixels, np.int32(label)]
 
     def _augment(self, image: Image.Image) -> np.ndarray:
         width, height = image.size
@@ -207,17 +223,19 @@ class DropCorrupt:
 
 
 def build_image_dataflow(items, crop_size: int, batch_size: int, num_proc: int = 1, on_corrupt: str = "skip",
-                         shuffle: bool = True, drop: Optional[DropCorrupt] = None, source=None):
+                         shuffle: bool = True, drop: Optional[DropCorrupt] = None, source=None,
+                         extra_cost_ms: float = 0.0):
     """``DataFromList(items)`` (or ``source``) -> ``MultiProcessMapData(DecodeAndAugment)`` ->
     ``MapData(DropCorrupt)`` -> ``BatchData``; an infinite-epoch DataFlow of
     ``[images float32 [B, crop, crop, 3], labels int32 [B]]``.
 
-    ``num_proc=0`` decodes in the consuming process (``MapData``), as the zmq producers do.
+    ``num_proc=0`` decodes in the thread that iterates the DataFlow (``MapData``), as the zmq
+    producers do. ``extra_cost_ms``: see :class:`DecodeAndAugment`.
     """
     from inputpipe.dataflow import BatchData, DataFromList, MapData, MultiProcessMapData
 
     df = source if source is not None else DataFromList(items, shuffle=shuffle)
-    augment = DecodeAndAugment(crop_size, on_corrupt=on_corrupt)
+    augment = DecodeAndAugment(crop_size, on_corrupt=on_corrupt, extra_cost_ms=extra_cost_ms)
     if num_proc > 0:
         df = MultiProcessMapData(df, num_proc, augment, buffer_size=max(2 * batch_size, 64))
     else:

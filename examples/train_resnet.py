@@ -1,20 +1,25 @@
 #!/usr/bin/env python
-"""Train a ResNet in TF1 graph mode while a Python JPEG pipeline runs beside it.
+"""Train a ResNet in TF1 graph mode while a Python JPEG pipeline runs beside it, then show
+what the InputSource is worth.
 
 The default run needs nothing downloaded: it draws a small image-classification dataset as JPEG
 files into a cache folder (first run only), reads it the way ImageNet is read (file list ->
 decode + random crop + flip + normalise in worker processes -> batches), feeds the batches into
 the graph through QueueInput + StagingInput, trains a small CIFAR-style ResNet with momentum SGD,
-and prints a summary: images/s, time per step, the share of the step spent waiting for input,
-queue occupancy and whether training was input-bound.
+and prints a summary: images/s, time per step, how much of the step waited for input, queue
+occupancy. Then it trains briefly with each of feed, queue, staging and dummy inputs (same
+model, data and steps, a fresh graph each), with heavier data work per image, and prints one
+table side by side: with data work D and a step T per batch, feed takes about D + T per step
+and staging about max(D, T).
 
-    python examples/train_resnet.py                          # defaults: about 2 minutes on 2 cores
-    python examples/train_resnet.py --data ~/imagenet/train --model resnet50 --image-size 224
-    python examples/train_resnet.py --input feed             # the slow baseline, to compare
+    python examples/train_resnet.py                          # defaults: about 2.5 minutes on 2 cores
+    python examples/train_resnet.py --compare                # only the comparison (about 1 minute)
+    python examples/train_resnet.py --data ~/imagenet/train --model resnet50 --no-compare
     python examples/train_resnet.py --lmdb                   # dump to LMDB once, train from it
     python examples/train_resnet.py --fake --input dummy     # no input cost at all
 
-TensorBoard summaries (loss, images/s, queue occupancy) go to ``--logdir``.
+TensorBoard summaries (loss, images/s, queue occupancy) of the training run go to a new
+timestamped folder under ``--logdir``, printed at start.
 """
 import argparse
 import logging
@@ -23,7 +28,6 @@ import shutil
 import sys
 import tempfile
 import time
-import zlib
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -38,11 +42,21 @@ from tqdm.auto import tqdm  # noqa: E402
 # TensorFlow is imported only where the graph is built: a bad dataset path is reported at once,
 # and the zmq producer processes are forked before TensorFlow starts any thread.
 
-from image_pipeline import (  # noqa: E402
-    DatasetError, DropCorrupt, build_image_dataflow, close_dataflow, list_image_folder)
+from image_pipeline import DatasetError, DropCorrupt, close_dataflow  # noqa: E402
+from run_report import (  # noqa: E402
+    RunNumbers, comparison_table, expectation, numbers_of, rates_note, summary_table)
 import synthetic_images  # noqa: E402
+from train_data import (  # noqa: E402
+    MissingDependency, Producers, build_dataflow, prepare_images, require_lmdb, synthetic_dataset_dir,
+    time_batches)
 
 INPUTS = ("feed", "queue", "staging", "dataset", "zmq", "dummy")
+#: inputs the comparison can run (zmq needs producer processes of its own)
+COMPARABLE = ("feed", "queue", "staging", "dataset", "dummy")
+DEFAULT_COMPARE = "feed,queue,staging,dummy"
+#: the comparison's extra data work per image: with the default flags it makes the data work per
+#: batch (64 images) about as long as the train step on a 2-core CPU (~110 ms each)
+COMPARE_EXTRA_COST_MS = 1.5
 log = logging.getLogger("train_resnet")
 
 
@@ -63,72 +77,132 @@ class RunConfig:
     learning_rate: float
     on_corrupt: str
     logdir: str
+    reads_files: bool = True
+    extra_cost_ms: float = 0.0
+    compare: Optional[List[str]] = None
+    compare_steps: int = 0
+    compare_workers: int = 0
+    compare_extra_cost_ms: float = 0.0
 
-    def lines(self, model_name: str) -> List[str]:
-        return [
+    def lines(self, model_name: str, training: bool = True) -> List[str]:
+        lines = [
             "model        {} on {}x{}x3 images, {} classes".format(model_name, self.image_size, self.image_size,
                                                                   self.num_classes),
             "data         {}".format(self.data),
-            "input        {} ({} decode worker process{})".format(
-                self.input, self.workers, "" if self.workers == 1 else "es"),
-            "training     {} steps x batch {}, momentum SGD lr {}".format(
-                self.steps, self.batch_size, self.learning_rate),
-            "corrupt      {} (--on-corrupt)".format(
-                "skip with a warning" if self.on_corrupt == "skip" else "stop with an error"),
-            "logdir       {} (TensorBoard)".format(self.logdir),
         ]
+        if training:
+            lines += [
+                "input        {} ({}{})".format(self.input, _workers_text(self.workers),
+                                                _extra_text(self.extra_cost_ms)),
+                "training     {} steps x batch {}, momentum SGD lr {}".format(
+                    self.steps, self.batch_size, self.learning_rate),
+            ]
+        if self.reads_files:
+            lines.append("corrupt      {} (--on-corrupt)".format(
+                "skip with a warning" if self.on_corrupt == "skip" else "stop with an error"))
+        if training:
+            lines.append("logdir       {} (TensorBoard)".format(self.logdir))
+        if self.compare:
+            lines.append("compare      {}: {} timed steps each{}{}".format(
+                ", ".join(self.compare), self.compare_steps, _extra_text(self.compare_extra_cost_ms),
+                " (--no-compare skips it)" if training else ""))
+        return lines
+
+
+def _workers_text(workers: int) -> str:
+    if workers == 0:
+        return "data work in the thread that reads the DataFlow"
+    return "{} decode worker process{}".format(workers, "" if workers == 1 else "es")
+
+
+def _extra_text(extra_cost_ms: float) -> str:
+    return ", +{:g} ms per image (--extra-cost-ms)".format(extra_cost_ms) if extra_cost_ms else ""
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    # Each help text names its default itself, once (ArgumentDefaultsHelpFormatter would repeat
+    # it, and print "default: None" for flags whose default depends on others).
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     data = p.add_argument_group("data (default: generated JPEG shapes, cached)")
     data.add_argument("--data", metavar="DIR", help="an ImageNet-style folder DIR/<class>/*.jpg")
     data.add_argument("--fake", action="store_true", help="in-memory random tensors instead of images")
     data.add_argument("--lmdb", nargs="?", const="", metavar="FILE",
                       help="dump the dataset (encoded JPEGs + labels) to this LMDB file once, then train "
-                           "from it (default: a file in --cache-dir)")
-    data.add_argument("--cache-dir", default=synthetic_images.default_cache_root(),
-                      help="where the generated dataset is kept")
-    data.add_argument("--images-per-class", type=int, default=300, help="generated dataset size")
-    data.add_argument("--num-classes", type=int, default=10, help="classes of the generated dataset (2-10)")
+                           "from it (FILE defaults to a file in --cache-dir)")
+    data.add_argument("--cache-dir", metavar="DIR", default=synthetic_images.default_cache_root(),
+                      help="where the generated dataset is kept (default: %(default)s)")
+    data.add_argument("--images-per-class", metavar="N", type=int, default=300,
+                      help="generated dataset size (default: %(default)s)")
+    data.add_argument("--num-classes", metavar="N", type=int, default=10,
+                      help="classes of the generated dataset, 2-10 (default: %(default)s)")
     data.add_argument("--on-corrupt", choices=("skip", "fail"), default="skip",
-                      help="a file that cannot be decoded is skipped with a warning, or stops the run")
+                      help="a file that cannot be decoded is skipped with a warning, or stops the run "
+                           "(default: %(default)s)")
     p.add_argument("--input", choices=INPUTS, default="staging",
-                   help="InputSource: staging = QueueInput wrapped in StagingInput")
-    p.add_argument("--workers", type=int, default=1,
-                   help="decode worker processes (MultiProcessMapData; zmq: producer processes)")
-    p.add_argument("--model", choices=("cifar", "resnet18", "resnet34", "resnet50"), default="cifar")
-    p.add_argument("--depth", type=int, default=14, help="depth of the cifar variant (6n+2)")
-    p.add_argument("--image-size", type=int, help="crop size (default 32 for cifar, 224 otherwise)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--steps", type=int, default=800)
-    p.add_argument("--lr", type=float, default=0.1, help="learning rate (momentum 0.9)")
-    p.add_argument("--logdir", default=os.path.join(tempfile.gettempdir(), "train_resnet_logs"),
-                   help="TensorBoard summaries")
+                   help="InputSource of the training run (default: %(default)s = QueueInput wrapped in "
+                        "StagingInput)")
+    p.add_argument("--workers", metavar="N", type=int,
+                   help="decode worker processes, MultiProcessMapData; zmq: producer processes (default: 1 "
+                        "for training; 0 for the comparison, so that only the InputSource overlaps the data "
+                        "work with the step)")
+    p.add_argument("--extra-cost-ms", metavar="MS", type=float,
+                   help="extra data work per image, a sleep standing for a slow read or heavy augmentation "
+                        "(default: 0 for training, {:g} for the comparison)".format(COMPARE_EXTRA_COST_MS))
+    p.add_argument("--model", choices=("cifar", "resnet18", "resnet34", "resnet50"), default="cifar",
+                   help="the network (default: %(default)s)")
+    p.add_argument("--depth", metavar="N", type=int, default=14,
+                   help="depth of the cifar variant, 6n+2 (default: %(default)s)")
+    p.add_argument("--image-size", metavar="PX", type=int, help="crop size (default: 32 for cifar, 224 otherwise)")
+    p.add_argument("--batch-size", metavar="N", type=int, default=64, help="(default: %(default)s)")
+    p.add_argument("--steps", metavar="N", type=int, default=600,
+                   help="steps of the training run (default: %(default)s)")
+    p.add_argument("--lr", type=float, default=0.1, help="learning rate, momentum 0.9 (default: %(default)s)")
+    p.add_argument("--logdir", metavar="DIR", default=os.path.join(tempfile.gettempdir(), "train_resnet_logs"),
+                   help="TensorBoard summaries go to a new timestamped folder in DIR (default: %(default)s)")
     p.add_argument("--seed", type=int, help="make the data pipeline reproducible")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for logs)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    compare = p.add_argument_group("comparison of InputSources (default: after the training run)")
+    compare.add_argument("--compare", nargs="?", const=DEFAULT_COMPARE, metavar="LIST",
+                         help="run only the comparison, of these inputs (LIST defaults to {}; any of {})".format(
+                             DEFAULT_COMPARE, ", ".join(COMPARABLE)))
+    compare.add_argument("--no-compare", action="store_true", help="skip the comparison after the training run")
+    compare.add_argument("--compare-steps", metavar="N", type=int, default=40,
+                         help="timed steps per input, after the warm-up steps (default: %(default)s)")
     args = p.parse_args(argv)
     if args.fake and (args.data or args.lmdb is not None):
         p.error("--fake replaces the dataset; it cannot be combined with --data or --lmdb")
-    for name in ("steps", "batch_size"):
+    for name in ("steps", "batch_size", "compare_steps"):
         if getattr(args, name) < 1:
             p.error("--{} must be >= 1".format(name.replace("_", "-")))
-    if args.workers < 0:
+    if args.workers is not None and args.workers < 0:
         p.error("--workers must be >= 0")
+    if args.extra_cost_ms is not None and args.extra_cost_ms < 0:
+        p.error("--extra-cost-ms must be >= 0")
     if args.image_size is not None and args.image_size < 16:
         p.error("--image-size must be at least 16")
     if args.input == "zmq" and args.fake:
         p.error("--input zmq sends the image pipeline from producer processes; use it without --fake")
+    if args.compare is not None and args.no_compare:
+        p.error("--compare runs only the comparison; it cannot be combined with --no-compare")
+    if args.compare is not None:
+        names = [n.strip() for n in args.compare.split(",") if n.strip()]
+        wrong = [n for n in names if n not in COMPARABLE]
+        if not names or wrong or len(set(names)) != len(names):
+            p.error("--compare takes a comma-separated list of distinct inputs out of {}, got {!r}".format(
+                ", ".join(COMPARABLE), args.compare))
+        args.compare = ",".join(names)
     return args
 
 
 def configure(args: argparse.Namespace) -> RunConfig:
     """Fill in defaults that depend on other flags."""
     image_size = args.image_size or (32 if args.model == "cifar" else 224)
+    training = args.compare is None
+    compare = None if args.no_compare else (args.compare or DEFAULT_COMPARE).split(",")
+    needs_data = (training and args.input != "dummy") or any(name != "dummy" for name in compare or [])
     if args.fake:
         root, data = None, "in-memory random tensors (--fake)"
-    elif args.input == "dummy":
+    elif not needs_data:
         root, data = None, "none: DummyConstantInput feeds constant zeros"
     elif args.data:
         root = os.path.abspath(os.path.expanduser(args.data))
@@ -136,181 +210,49 @@ def configure(args: argparse.Namespace) -> RunConfig:
     else:
         root = synthetic_dataset_dir(args, image_size)
         data = "generated JPEG shapes in " + root
-    if args.lmdb is not None and not args.fake:
+    if args.lmdb is not None and root is not None:
         data += ", read through LMDB"
-    workers = args.workers if not (args.fake or args.input == "dummy") else 0
+    if args.input == "zmq":
+        workers = 1 if args.workers is None else args.workers
+    else:
+        workers = 0 if args.fake or args.input == "dummy" else (1 if args.workers is None else args.workers)
     return RunConfig(
         model=args.model, depth=args.depth, image_size=image_size, batch_size=args.batch_size,
         steps=args.steps, num_classes=args.num_classes, data=data, data_root=root, input=args.input, workers=workers,
-        learning_rate=args.lr, on_corrupt=args.on_corrupt, logdir=os.path.abspath(args.logdir),
+        learning_rate=args.lr, on_corrupt=args.on_corrupt, logdir=run_logdir(args.logdir, args.input),
+        reads_files=root is not None, extra_cost_ms=args.extra_cost_ms or 0.0,
+        compare=compare, compare_steps=args.compare_steps,
+        compare_workers=0 if args.workers is None or args.fake else args.workers,
+        compare_extra_cost_ms=COMPARE_EXTRA_COST_MS if args.extra_cost_ms is None else args.extra_cost_ms,
     )
 
 
-def stored_size(crop_size: int) -> int:
-    """Size of the generated images: a quarter larger than the crop, so random crops move."""
-    return int(round(crop_size * 1.25))
-
-
-def synthetic_dataset_dir(args: argparse.Namespace, image_size: int) -> str:
-    name = "synthetic-v{}-{}c-{}x{}px".format(synthetic_images.GENERATOR_VERSION, args.num_classes,
-                                              args.images_per_class, stored_size(image_size))
-    return os.path.join(os.path.abspath(os.path.expanduser(args.cache_dir)), name)
-
-
-def prepare_images(args: argparse.Namespace, cfg: RunConfig):
-    """The image dataset as an ImageList (generated on first use); its class count wins."""
-    if args.data:
-        images = list_image_folder(cfg.data_root)
-    else:
-        root, size = cfg.data_root, stored_size(cfg.image_size)
-        if not synthetic_images.is_complete(root, args.num_classes, args.images_per_class, size):
-            print("generating {} x {} JPEG images into {} (first run only) ...".format(
-                args.num_classes, args.images_per_class, root), flush=True)
-            t0 = time.monotonic()
-            synthetic_images.generate(root, args.num_classes, args.images_per_class, size)
-            print("  done in {:.1f} s".format(time.monotonic() - t0), flush=True)
-        images = list_image_folder(root)
-    cfg.num_classes = len(images.class_names)
-    if len(images) < cfg.batch_size:
-        raise DatasetError("dataset folder {} has {} images, fewer than one batch of {} (lower --batch-size)".format(
-            images.root, len(images), cfg.batch_size))
-    return images
-
-
-def lmdb_path(args: argparse.Namespace, images) -> str:
-    """--lmdb FILE, or a file in the cache folder named after the dataset folder."""
-    if args.lmdb:
-        return os.path.abspath(os.path.expanduser(args.lmdb))
-    if not args.data:
-        return images.root + ".lmdb"
-    tag = "{:08x}".format(zlib.crc32(images.root.encode("utf-8")))
-    return os.path.join(os.path.abspath(os.path.expanduser(args.cache_dir)),
-                        "{}-{}.lmdb".format(os.path.basename(images.root), tag))
-
-
-def dump_lmdb(images, path: str) -> None:
-    """Write ``[encoded bytes, label, path]`` records with LMDBSerializer, unless already there."""
-    from inputpipe.dataflow import DataFromList, LMDBSerializer, MapData
-
-    if os.path.exists(path):
-        print("using the LMDB file {}".format(path), flush=True)
-        return
-
-    def read_file(dp):
-        with open(dp[0], "rb") as f:
-            return [np.frombuffer(f.read(), dtype=np.uint8), np.int32(dp[1]), dp[0]]
-
-    print("dumping {} images to {} ...".format(len(images), path), flush=True)
-    t0 = time.monotonic()
-    LMDBSerializer.save(MapData(DataFromList(images.items(), shuffle=False), read_file), path)
-    print("  done in {:.1f} s ({:.1f} MB)".format(time.monotonic() - t0, _size_mb(path)), flush=True)
-
-
-def _size_mb(path: str) -> float:
-    if os.path.isdir(path):
-        return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)) / 1e6
-    return os.path.getsize(path) / 1e6
-
-
-# -- data -------------------------------------------------------------------------------------------
-def build_dataflow(args: argparse.Namespace, cfg: RunConfig, images, drop: DropCorrupt):
-    """The batched training DataFlow (file list or LMDB -> workers -> batches)."""
-    if args.lmdb is None:
-        return build_image_dataflow(images.items(), cfg.image_size, cfg.batch_size, num_proc=cfg.workers,
-                                    on_corrupt=cfg.on_corrupt, drop=drop)
-    from inputpipe.dataflow import LMDBSerializer
-
-    path = lmdb_path(args, images)
-    dump_lmdb(images, path)
-    records = LMDBSerializer.load(path, shuffle=True)
-    return build_image_dataflow(None, cfg.image_size, cfg.batch_size, num_proc=cfg.workers,
-                                on_corrupt=cfg.on_corrupt, drop=drop, source=records)
-
-
-def fake_dataflow(cfg: RunConfig):
-    from inputpipe.dataflow import FakeData
-
-    return FakeData([[cfg.batch_size, cfg.image_size, cfg.image_size, 3], [cfg.batch_size]], size=100,
-                    random=False, dtype=["float32", "int32"], domain=[(-1.0, 1.0), (0, cfg.num_classes)])
-
-
-def _produce(rank: int, endpoint: str, items, cfg: RunConfig, error_file: str) -> None:
-    """A zmq producer process: decode, augment and batch in this process, push to the trainer.
-    A dataset error (e.g. a corrupt image with --on-corrupt fail) is written to ``error_file``
-    for the trainer to report as one line."""
-    from inputpipe.dataflow import send_dataflow_zmq
-
-    try:
-        df = build_image_dataflow(items, cfg.image_size, cfg.batch_size, num_proc=0, on_corrupt=cfg.on_corrupt)
-        send_dataflow_zmq(df, endpoint, hwm=4)
-    except DatasetError as err:
-        with open(error_file + ".partial", "w", encoding="utf-8") as f:
-            f.write(str(err))
-        os.rename(error_file + ".partial", error_file)
-        sys.exit(2)
-
-
-class Producers:
-    """``cfg.workers`` (at least 1) producer processes pushing batches to ``endpoint``, and a
-    watchdog thread: when one of them ends, it keeps the reason in ``error`` and closes the
-    InputSource, so the training step waiting for data stops at once instead of hanging."""
-
-    def __init__(self, cfg: RunConfig, items, endpoint: str, tmpdir: str):
-        from inputpipe.utils.workers import WorkerProcesses
-
-        count = max(1, cfg.workers)
-        self._error_files = [os.path.join(tmpdir, "producer-{}.error".format(rank)) for rank in range(count)]
-        self.processes = WorkerProcesses("train_resnet zmq producers", _produce,
-                                         [(endpoint, items, cfg, f) for f in self._error_files])
-        self.error: Optional[BaseException] = None
-        self._watchdog = None
-
-    def start(self) -> None:
-        self.processes.start()
-
-    def watch(self, source) -> None:
-        from inputpipe.utils.concurrency import POLL_INTERVAL, StoppableThread
-
-        def check():
-            while not self._watchdog.wait_stopped(POLL_INTERVAL):
-                for rank, proc in enumerate(self.processes.processes):
-                    if proc.exitcode is not None:
-                        self.error = self._describe(rank)
-                        source.close()
-                        return
-
-        self._watchdog = StoppableThread(target=check, name="train_resnet-producer-watchdog")
-        self._watchdog.start()
-
-    def _describe(self, rank: int) -> BaseException:
-        try:
-            with open(self._error_files[rank], encoding="utf-8") as f:
-                return DatasetError(f.read())
-        except OSError:
-            return self.processes.worker_error(rank)
-
-    def close(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.stop()
-            self._watchdog.join(2)
-        self.processes.close()
+def run_logdir(base: str, label: str) -> str:
+    """A new folder name under ``base`` for one run's summaries: ``<date>-<time>-<label>``."""
+    base = os.path.abspath(os.path.expanduser(base))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path, n = os.path.join(base, "{}-{}".format(stamp, label)), 1
+    while os.path.exists(path):
+        n += 1
+        path = os.path.join(base, "{}-{}-{}".format(stamp, label, n))
+    return path
 
 
 # -- graph ----------------------------------------------------------------------------------------
-def make_input_source(cfg: RunConfig, df, endpoint: Optional[str]):
+def make_input_source(name: str, cfg: RunConfig, df, endpoint: Optional[str]):
     import tensorflow as tf
     from inputpipe import input_source as inputs
 
-    if cfg.input == "feed":
+    if name == "feed":
         return inputs.FeedInput(df)
-    if cfg.input == "queue":
+    if name == "queue":
         return inputs.QueueInput(df)
-    if cfg.input == "staging":
+    if name == "staging":
         return inputs.StagingInput(inputs.QueueInput(df), nr_stage=1)
-    if cfg.input == "dataset":
+    if name == "dataset":
         dataset = inputs.TFDatasetInput.dataflow_to_dataset(df, [tf.float32, tf.int32]).repeat().prefetch(4)
         return inputs.TFDatasetInput(dataset)
-    if cfg.input == "zmq":
+    if name == "zmq":
         return inputs.ZMQInput(endpoint, hwm=8, bind=True)
     return inputs.DummyConstantInput([[cfg.batch_size, cfg.image_size, cfg.image_size, 3], [cfg.batch_size]])
 
@@ -369,27 +311,106 @@ def build_graph(cfg: RunConfig, source):
     return graph, rate, model_cfg.describe(), count_parameters()
 
 
-# -- the run ----------------------------------------------------------------------------------------
+# -- the runs ---------------------------------------------------------------------------------------
+@dataclass
+class RunResult:
+    """What one training run measured, for the tables."""
+
+    numbers: RunNumbers
+    total_seconds: float
+    losses: List[float]
+    warn_fraction: float
+    queue: Optional[str]
+    corrupt: Optional[str]
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = configure(args)
+    if args.lmdb is not None and cfg.reads_files:
+        require_lmdb()
+    images = prepare_images(args, cfg) if cfg.data_root is not None else None  # DatasetError: bad path, ...
+    printed = []
+
+    def show_config(model_name: str, params: int) -> None:
+        if not printed:
+            printed.append(True)
+            print("\n".join(["config:"] + ["  " + line for line in cfg.lines(model_name, training=not args.compare)]
+                            + ["  parameters   {:,}".format(params)]), flush=True)
+
+    if args.compare is None:
+        window = max(1, cfg.steps // 10)
+
+        def report_loss(step: int, losses: List[float]) -> None:
+            if (step + 1) % window == 0:
+                with tqdm.external_write_mode():
+                    print("step {:5d}  loss {:.3f}  (mean of the last {})".format(
+                        step + 1, float(np.mean(losses[-window:])), window), flush=True)
+
+        result = train_run(args, cfg, images, cfg.input, workers=cfg.workers, extra_cost_ms=cfg.extra_cost_ms,
+                           steps=cfg.steps, logdir=cfg.logdir, on_step=report_loss, on_built=show_config)
+        print(summary_table(result.numbers, result.total_seconds, result.losses, warn_fraction=result.warn_fraction,
+                            queue=result.queue, corrupt=result.corrupt), flush=True)
+    if cfg.compare:
+        compare_inputs(args, cfg, images, show_config)
+    return 0
+
+
+def compare_inputs(args: argparse.Namespace, cfg: RunConfig, images, show_config) -> None:
+    """Train ``cfg.compare_steps`` timed steps with each input of ``cfg.compare`` (same model,
+    data, seed and steps; a fresh graph each) and print one table side by side."""
+    if args.compare is None:
+        print("\ncomparing the inputs {} (--no-compare skips this) ...".format(", ".join(cfg.compare)), flush=True)
+    data_ms = None
+    if any(name != "dummy" for name in cfg.compare):
+        df = build_dataflow(args, cfg, images, DropCorrupt(), cfg.compare_workers, cfg.compare_extra_cost_ms)
+        try:
+            data_ms = time_batches(df)
+        finally:
+            close_dataflow(df)
+    runs = []
+    for i, name in enumerate(cfg.compare):
+        result = train_run(args, cfg, images, name, workers=cfg.compare_workers,
+                           extra_cost_ms=cfg.compare_extra_cost_ms, timed_steps=cfg.compare_steps,
+                           on_built=show_config)
+        runs.append(result.numbers)
+        print("compare {}/{}: {:8s} {:.1f} ms per step".format(i + 1, len(cfg.compare), name,
+                                                             result.numbers.ms_per_step), flush=True)
+    print("\ninputs compared: the same model, data, seed and steps, a fresh graph each; {}".format(
+        rates_note(runs[0]).replace("rates over", "each timed over")))
+    if data_ms is not None:
+        where = ("in the thread that reads the DataFlow" if not cfg.compare_workers else
+                 "in {} worker process{}".format(cfg.compare_workers, "" if cfg.compare_workers == 1 else "es"))
+        print("data work: {}{}, {} (--workers {})".format(
+            "fake batches" if args.fake else "decode + augment", _extra_text(cfg.compare_extra_cost_ms), where,
+            cfg.compare_workers))
+    print(comparison_table(runs))
+    for line in expectation(runs, data_ms):
+        print("  " + line)
+    sys.stdout.flush()
+
+
+def train_run(args: argparse.Namespace, cfg: RunConfig, images, input_name: str, *, workers: int,
+              extra_cost_ms: float, steps: Optional[int] = None, timed_steps: Optional[int] = None,
+              logdir: Optional[str] = None, on_step=None, on_built=None) -> RunResult:
+    """One training run with ``input_name`` on a fresh graph: ``steps`` in all, or ``timed_steps``
+    after the source's warm-up steps. ``on_step(step, losses)`` after every step; ``on_built(model
+    name, parameter count)`` once the graph is built; TensorBoard summaries to ``logdir``."""
     if args.seed is not None:
         from inputpipe.dataflow import seeding
 
         seeding.set_global_seed(args.seed)
     drop = DropCorrupt()
-    images = None
-    if not args.fake and cfg.input != "dummy":
-        images = prepare_images(args, cfg)  # DatasetError here: bad path, empty, no classes
     producers, endpoint, df = None, None, None
     tmpdir = tempfile.mkdtemp(prefix="train_resnet-")
     try:
-        if cfg.input == "zmq":
+        if input_name == "zmq":
             endpoint = "ipc://" + os.path.join(tmpdir, "batches.sock")
             producers = Producers(cfg, images.items(), endpoint, tmpdir)
             producers.start()  # fork before TensorFlow builds anything
-        elif cfg.input != "dummy":
-            df = fake_dataflow(cfg) if args.fake else build_dataflow(args, cfg, images, drop)
-        return train_and_report(args, cfg, df, endpoint, producers, drop)
+        elif input_name != "dummy":
+            df = build_dataflow(args, cfg, images, drop, workers, extra_cost_ms)
+        return _train(args, cfg, input_name, df, endpoint, producers, drop, steps, timed_steps, logdir,
+                      on_step, on_built)
     finally:
         if producers is not None:
             producers.close()
@@ -398,66 +419,51 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 
-def train_and_report(args, cfg: RunConfig, df, endpoint, producers, drop: DropCorrupt) -> int:
+def _train(args, cfg: RunConfig, input_name: str, df, endpoint, producers, drop: DropCorrupt, steps, timed_steps,
+           logdir, on_step, on_built) -> RunResult:
     import tensorflow as tf
     from inputpipe.train import train
 
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.set_random_seed(args.seed if args.seed is not None else 0)
-        source = make_input_source(cfg, df, endpoint)
+        source = make_input_source(input_name, cfg, df, endpoint)
         model, rate, model_name, params = build_graph(cfg, source)
-    print("\n".join(["config:"] + ["  " + line for line in cfg.lines(model_name)]
-                    + ["  parameters   {:,}".format(params)]), flush=True)
+    if on_built is not None:
+        on_built(model_name, params)
+    if steps is None:
+        steps = timed_steps + source.stats.warmup_steps
     losses: List[float] = []
-    window = max(1, cfg.steps // 10)
 
     def record(step: int, values) -> None:
         losses.append(float(values["loss"]))
         if not np.isfinite(losses[-1]):
             raise FloatingPointError("the loss became {} at step {}; lower --lr".format(losses[-1], step + 1))
-        if (step + 1) % window == 0:
-            tqdm.write("step {:5d}  loss {:.3f}  (mean of the last {})".format(
-                step + 1, float(np.mean(losses[-window:])), window))
+        if on_step is not None:
+            on_step(step, losses)
 
     if producers is not None:
         producers.watch(source)
-    summaries = tensorboard_hook(cfg.logdir, cfg.batch_size, rate, every_n=min(10, max(1, cfg.steps // 5)))
+    hooks = [] if logdir is None else [tensorboard_hook(logdir, cfg.batch_size, rate, every_n=min(10, max(1, steps // 5)))]
     try:
-        summary = train(model.train_op, source, cfg.steps, fetches={"loss": model.loss, "acc": model.accuracy},
-                        batch_size=cfg.batch_size, hooks=[summaries], progress=not args.no_progress,
-                        callback=record)
+        summary = train(model.train_op, source, steps, fetches={"loss": model.loss, "acc": model.accuracy},
+                        batch_size=cfg.batch_size, hooks=hooks, progress=not args.no_progress, callback=record)
     except Exception:
         if producers is not None and producers.error is not None:
             raise producers.error from None
         raise
-    print(summary_table(cfg, summary, source, losses, drop, producers is not None), flush=True)
-    return 0
-
-
-def summary_table(cfg: RunConfig, summary, source, losses: List[float], drop: DropCorrupt, remote: bool) -> str:
-    from tabulate import tabulate
-
     stats = source.stats.summary()
-    step_ms = 1e3 * summary.seconds / max(1, summary.steps)
-    input_bound = summary.stall_fraction >= source.stats.warn_fraction  # the library's own threshold
-    tenth = max(1, len(losses) // 10)
-    queue = "-" if summary.mean_queue_size is None else "{:.1f} batches (empty at {:.0f}% of steps)".format(
-        summary.mean_queue_size, 100 * (stats.get("empty_queue_fraction") or 0.0))
-    rows = [
-        ["images/s", "{:.1f}".format(summary.samples_per_second or 0.0)],
-        ["time per step", "{:.1f} ms".format(step_ms)],
-        ["waiting for input", "{:.1f}% of step time ({:.1f} ms per step)".format(
-            100 * summary.stall_fraction, stats["mean_wait_ms"])],
-        ["queue occupancy (mean)", queue],
-        ["input-bound", "yes: add --workers, use --lmdb, or a lighter pipeline" if input_bound else "no"],
-        ["loss (first -> last {} steps)".format(tenth), "{:.3f} -> {:.3f}".format(
-            float(np.mean(losses[:tenth])), float(np.mean(losses[-tenth:])))],
-        ["corrupt images skipped", "counted in the producer processes" if remote else
-         "{} ({} distinct files)".format(drop.skipped, len(drop.files))],
-        ["steps x batch", "{} x {} in {:.1f} s".format(summary.steps, cfg.batch_size, summary.seconds)],
-    ]
-    return "\nsummary ({} input):\n{}".format(cfg.input, tabulate(rows, tablefmt="simple_outline"))
+    queue = None
+    if summary.mean_queue_size is not None:
+        queue = "{:.1f} batches (empty at {:.0f}% of steps)".format(
+            summary.mean_queue_size, 100 * (stats.get("empty_queue_fraction") or 0.0))
+    corrupt = None
+    if producers is not None:
+        corrupt = "counted in the producer processes"
+    elif cfg.reads_files and input_name != "dummy":
+        corrupt = "{} ({} distinct files)".format(drop.skipped, len(drop.files))
+    return RunResult(numbers_of(input_name, summary, stats, cfg.batch_size), summary.total_seconds, losses,
+                     source.stats.warn_fraction, queue, corrupt)
 
 
 class _ReportedByExample(logging.Filter):
@@ -478,8 +484,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     try:
         return run(args)
-    except (DatasetError, DatasetFormatError, FloatingPointError) as err:
-        print("error: {}".format(err), file=sys.stderr)
+    except (DatasetError, DatasetFormatError, FloatingPointError, MissingDependency) as err:
+        print("error: {}".format(_dataset_error_in(err) or err), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -493,14 +499,15 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _dataset_error_in(err: BaseException) -> Optional[str]:
-    """The message of a DatasetError/CorruptImageError/DatasetFormatError somewhere in ``err``'s
-    chain or text (errors from worker processes cross the process boundary as text)."""
+    """The one-line message of a DatasetError/CorruptImageError/DatasetFormatError somewhere in
+    ``err``'s chain or text (errors from worker processes cross the process boundary as text, and
+    arrive as a WorkerError that is also an instance of the original class)."""
     from inputpipe.dataflow import DatasetFormatError
 
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, (DatasetError, DatasetFormatError)):
+        if isinstance(err, (DatasetError, DatasetFormatError)) and "\n" not in str(err).strip():
             return str(err)
         for line in str(err).splitlines()[::-1]:
             for name in ("CorruptImageError: ", "DatasetError: ", "DatasetFormatError: "):

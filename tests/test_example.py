@@ -13,12 +13,17 @@ SCRIPT = REPO / "examples" / "train_resnet.py"
 TINY = ["--steps", "6", "--batch-size", "8", "--image-size", "16", "--depth", "8", "--num-classes", "3",
         "--images-per-class", "6", "--no-progress"]
 LOSS_ROW = re.compile(r"loss \(first -> last \d+ steps\)\s*\S\s*(\S+) -> (\S+)")
+READS_FILES = {"staging": True, "queue": True, "feed": True, "zmq": True, "dummy": False}
 
 
-def run_example(tmp_path, *args, timeout=90):
+def run_example(tmp_path, *args, timeout=90, compare=False):
+    """Run the example with tiny settings; without ``--compare`` in ``args`` or ``compare=True``,
+    the comparison after training is skipped."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
     cmd = [sys.executable, str(SCRIPT), "--cache-dir", str(tmp_path / "cache"),
            "--logdir", str(tmp_path / "logs")] + TINY + list(args)
+    if "--compare" not in args and not compare:
+        cmd.append("--no-compare")
     return subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -28,18 +33,41 @@ def error_lines(proc):
             if line.strip() and "absl::InitializeLog" not in line and not line.startswith("I0000")]
 
 
-def assert_trained(proc, input_name, classes=3):
+def table_row(out, label):
+    """The value cell of the summary row ``label``."""
+    match = re.search(r"│ {} +│ (.*?) +│".format(re.escape(label)), out)
+    assert match, "no row {!r} in\n{}".format(label, out)
+    return match.group(1)
+
+
+def assert_trained(proc, input_name, classes=3, reads_files=None):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     out = proc.stdout
     assert "config:" in out and "ResNet-8 (CIFAR-style, width 16) on 16x16x3 images, {} classes".format(classes) in out
-    assert "summary ({} input):".format(input_name) in out
-    for row in ("images/s", "time per step", "waiting for input", "queue occupancy (mean)", "input-bound",
-                "corrupt images skipped"):
+    # 6 steps, of which the source's 5 warm-up steps are left out of every rate
+    assert "summary ({} input; rates over the last 1 of 6 steps: 5 warm-up steps left out):".format(input_name) in out
+    for row in ("images/s", "time per step", "waiting for input", "input-bound"):
         assert row in out, row
-    assert re.search(r"6 x \d+ in", out)
+    reads_files = READS_FILES.get(input_name, True) if reads_files is None else reads_files
+    assert ("corrupt images skipped" in out) == reads_files
+    assert ("  corrupt      " in out) == reads_files
+    assert ("queue occupancy (mean)" in out) == (input_name in ("queue", "staging", "zmq"))
+    images_per_s = float(table_row(out, "images/s"))
+    step_ms = float(table_row(out, "time per step").split()[0])
+    batch = int(re.search(r"training +6 steps x batch (\d+)", out).group(1))
+    assert images_per_s / batch * step_ms == pytest.approx(1000.0, rel=0.01)  # one set of timed steps
+    steps = re.fullmatch(r"6 x (\d+) in (\S+) s \(1 timed: (\S+) s\)", table_row(out, "steps x batch"))
+    assert steps and int(steps.group(1)) == batch and float(steps.group(2)) >= float(steps.group(3))
+    assert float(steps.group(3)) == pytest.approx(step_ms / 1e3, abs=0.051)
     first, last = (float(v) for v in LOSS_ROW.search(out).groups())
     assert math.isfinite(first) and math.isfinite(last)
     assert 0.0 < first < 10.0
+    assert "comparing" not in out and "inputs compared" not in out  # --no-compare
+
+
+def logdir_of(proc):
+    """The run's TensorBoard folder, as printed in the config."""
+    return Path(re.search(r"logdir +(\S+) \(TensorBoard\)", proc.stdout).group(1))
 
 
 @pytest.mark.slow
@@ -59,7 +87,9 @@ def test_trains_and_prints_the_summary(tmp_path, input_name, extra):
     if "--lmdb" in extra:
         assert re.search(r"dumping 18 images to .*\.lmdb", proc.stdout)
         assert "read through LMDB" in proc.stdout
-    events = list((tmp_path / "logs").glob("events.out.tfevents.*"))
+    logdir = logdir_of(proc)
+    assert logdir.parent == tmp_path / "logs" and re.fullmatch(r"\d{8}-\d{6}-" + input_name, logdir.name)
+    events = list(logdir.glob("events.out.tfevents.*"))
     assert len(events) == 1 and events[0].stat().st_size > 0
     if input_name == "staging":
         assert {"train/loss", "train/accuracy", "train/images_per_second", "input_source/StagingInput/queue_size",
@@ -75,7 +105,7 @@ def _summary_tags(path):
 @pytest.mark.slow
 def test_fake_data_with_feed_input(tmp_path):
     proc = run_example(tmp_path, "--fake", "--input", "feed")
-    assert_trained(proc, "feed")
+    assert_trained(proc, "feed", reads_files=False)
     assert "in-memory random tensors (--fake)" in proc.stdout
     assert not (tmp_path / "cache").exists()
 
@@ -151,6 +181,7 @@ def test_corrupt_jpeg_is_skipped_with_a_warning_and_counted(tmp_path):
     warnings = [line for line in error_lines(proc) if "skipped corrupt image" in line]
     assert warnings == ["WARNING train_resnet: skipped corrupt image {} (pass --on-corrupt fail to stop "
                         "instead)".format(bad)]
+    assert "(pass --on-corrupt fail" in warnings[0] and " at 0x" not in proc.stderr
     skipped = re.search(r"corrupt images skipped\s*\S\s*(\d+) \((\d+) distinct files\)", proc.stdout)
     assert skipped and int(skipped.group(1)) >= 1 and skipped.group(2) == "1"
 
