@@ -242,3 +242,42 @@ def test_report_stage_lookup_names_the_stages_when_missing():
     report = profile(DataFromList([[1]], shuffle=False), seconds=5, warmup=0, max_datapoints=3)
     with pytest.raises(KeyError, match=r"no stage named 'BatchData'; the stages are \['DataFromList'\]"):
         report.stage("BatchData")
+
+
+def test_slow_image_augmentation_is_named_with_its_augmentors():
+    pytest.importorskip("cv2")
+    from inputpipe.dataflow import AugmentImageComponent, imgaug
+
+    image = np.zeros((1500, 1500, 3), dtype="uint8")        # copying and flipping 6.75 MB: milliseconds
+    df = AugmentImageComponent(DataFromList([[image, 0]] * 4, shuffle=False), [imgaug.Flip(horiz=True, prob=1.0)])
+    report = profile(df, **RUN)
+    assert [s.kind for s in report.stages] == ["source", "image"]
+    assert report.limiting.name == "AugmentImageComponent(Flip)"
+    assert "Run decoding/augmenting in parallel: MultiProcessMapData(ds, num_proc=" in report.suggestion
+
+
+class _ReportingThreadMap(MultiThreadMapData):
+    """A thread map that reports its workers' busy time (the worker_stats() hook the doctor reads)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.busy = [0.0, 0.0]
+        self.created = time.perf_counter()
+
+    def worker_stats(self):
+        # each worker claims to have been busy a tenth of the time since it was created
+        elapsed = time.perf_counter() - self.created
+        return [{"rank": r, "busy_seconds": 0.1 * elapsed, "items": 0} for r in range(2)]
+
+
+def test_busy_share_from_worker_stats_points_at_the_transfer():
+    df = _ReportingThreadMap(DataFromList([[i] for i in range(400)], shuffle=False), 2, _sleep_20ms, strict=True)
+    try:
+        report = profile(df, **RUN)
+    finally:
+        df.close()
+    stage = report.limiting
+    assert stage.type_name == "_ReportingThreadMap" and stage.kind == "thread_map"
+    assert stage.busy_share == pytest.approx(0.1, abs=0.02)
+    assert "2 threads, busy 10%" in report.table()
+    assert "busy only 10% of the time: the cost is in moving results" in report.suggestion

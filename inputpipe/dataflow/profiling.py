@@ -75,6 +75,11 @@ def _stage_name(flow: Any, kind: str) -> str:
         func_name = _func_name(func)
         if func_name:
             details.append(func_name)
+    augmentors = getattr(flow.__dict__.get("augs"), "augmentors", None)
+    if kind == IMAGE and isinstance(augmentors, (list, tuple)):
+        details.extend(type(aug).__name__ for aug in augmentors[:3])
+        if len(augmentors) > 3:
+            details.append("...")
     if kind == BATCH and isinstance(getattr(flow, "batch_size", None), int):
         details.append(str(flow.batch_size))
     return "{}({})".format(name, ", ".join(details)) if details else name
@@ -391,6 +396,7 @@ class _ProfileRun(StoppableThread):
         self.datapoints = 0
         self.ended = False
         self.samples_start: Dict[int, Any] = {}
+        self.samples_end: Optional[Dict[int, Any]] = None
 
     def run(self) -> None:
         try:
@@ -405,7 +411,8 @@ class _ProfileRun(StoppableThread):
         except BaseException as err:  # reported to the caller, which raises it
             self.error = err
         finally:
-            self.window_end = time.perf_counter()
+            if self.samples_end is None:
+                self._end_window()
             self.chain.restore()
 
     def _start_window(self) -> None:
@@ -414,6 +421,10 @@ class _ProfileRun(StoppableThread):
         self.datapoints = 0
         self.window_start = self.last_output = time.perf_counter()
         self.measuring.set()
+
+    def _end_window(self) -> None:
+        self.window_end = time.perf_counter()
+        self.samples_end = _sample_workers(self.chain.nodes)
 
     def _iterate(self) -> None:
         self.started_at = time.perf_counter()
@@ -426,19 +437,19 @@ class _ProfileRun(StoppableThread):
             try:
                 for _ in itr:
                     produced += 1
-                    now = time.perf_counter()
                     if self.measuring.is_set():
                         self.datapoints += 1
-                        self.last_output = now
-                    elif now >= warmup_end:
+                        self.last_output = time.perf_counter()
+                    elif time.perf_counter() >= warmup_end:
                         self._start_window()
                     if self.stopped() or (self.max_datapoints is not None and self.datapoints >= self.max_datapoints):
+                        self._end_window()
                         self.stop()
                         return
             finally:
-                self.window_end = time.perf_counter()
                 close_iterators([itr])
             if not produced:
+                self._end_window()
                 self.ended = True
                 return
 
@@ -527,7 +538,7 @@ def _report(run: _ProfileRun, overhead: float, stalled: bool) -> ProfileReport:
     if not run.measuring.is_set():            # stalled or ended in the warm-up: report all of it
         run.window_start = run.started_at
     window = max(end - run.window_start, 1e-9)
-    samples_end = _sample_workers(chain.nodes)
+    samples_end = run.samples_end if run.samples_end is not None and not stalled else _sample_workers(chain.nodes)
     stuck = chain.innermost_active() if stalled else None
     order = _post_order(chain.root)
     index = {id(node): k for k, node in enumerate(order)}
