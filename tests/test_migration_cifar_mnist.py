@@ -78,7 +78,7 @@ def test_cifar_training_pipeline_runs_in_worker_processes(tmp_path):
     finally:
         ds.close()
     assert len(batches) == 6
-    labels = set(dp[1] for dp in dataset.Cifar10("train", shuffle=False, dir=d))
+    labels = {dp[1] for dp in dataset.Cifar10("train", shuffle=False, dir=d)}
     for images, batch_labels in batches:
         assert images.shape == (BATCH_SIZE, 32, 32, 3) and images.dtype == np.float32
         assert set(batch_labels.tolist()) <= labels
@@ -89,7 +89,7 @@ def test_mnist_batches_feed_a_graph_through_queue_input(tmp_path):
     train, test = get_mnist_data(d)
     assert len(train) == 3 and len(test) == 2
     test.reset_state()
-    expected = [dp for dp in dataset.Mnist("test", shuffle=False, dir=d)]
+    expected = list(dataset.Mnist("test", shuffle=False, dir=d))
     source = QueueInput(BatchData(dataset.Mnist("test", shuffle=False, dir=d), 2, remainder=True), infinite=False)
     graph = tf.Graph()
     with graph.as_default():

@@ -21,7 +21,7 @@ class CustomResize(imgaug.ImageAugmentor):
     ``max_size`` (new API: returns a ResizeTransform)."""
 
     def __init__(self, short_edge_length, max_size, interp=cv2.INTER_LINEAR):
-        super(CustomResize, self).__init__()
+        super().__init__()
         if isinstance(short_edge_length, int):
             short_edge_length = (short_edge_length, short_edge_length)
         self._init(locals())

@@ -16,6 +16,7 @@ Example::
 """
 import codecs
 import hashlib
+import importlib
 import os
 import pickle
 import shutil
@@ -175,20 +176,14 @@ def load_mat(path: str, component: str) -> Dict[str, Any]:
     return scipy.io.loadmat(path)
 
 
-def _reconstruct_function() -> Any:
-    try:
-        from numpy._core.multiarray import _reconstruct  # numpy >= 2
-    except ImportError:  # pragma: no cover - numpy 1.x
-        from numpy.core.multiarray import _reconstruct
-    return _reconstruct
-
-
-def _scalar_function() -> Any:
-    try:
-        from numpy._core.multiarray import scalar  # numpy >= 2
-    except ImportError:  # pragma: no cover - numpy 1.x
-        from numpy.core.multiarray import scalar
-    return scalar
+def _multiarray(name: str) -> Any:
+    """``numpy._core.multiarray.<name>`` (numpy 2), or ``numpy.core.multiarray.<name>`` (numpy 1)."""
+    for module in ("numpy._core.multiarray", "numpy.core.multiarray"):
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError("numpy has no multiarray.{}".format(name))
 
 
 # The only globals a dataset pickle may name: numpy arrays, dtypes and scalars (under numpy 1 and
@@ -197,10 +192,10 @@ def _scalar_function() -> Any:
 _ALLOWED_GLOBALS = {
     ("numpy", "ndarray"): lambda: np.ndarray,
     ("numpy", "dtype"): lambda: np.dtype,
-    ("numpy.core.multiarray", "_reconstruct"): _reconstruct_function,
-    ("numpy._core.multiarray", "_reconstruct"): _reconstruct_function,
-    ("numpy.core.multiarray", "scalar"): _scalar_function,
-    ("numpy._core.multiarray", "scalar"): _scalar_function,
+    ("numpy.core.multiarray", "_reconstruct"): lambda: _multiarray("_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"): lambda: _multiarray("_reconstruct"),
+    ("numpy.core.multiarray", "scalar"): lambda: _multiarray("scalar"),
+    ("numpy._core.multiarray", "scalar"): lambda: _multiarray("scalar"),
     ("_codecs", "encode"): lambda: codecs.encode,   # how protocol 2 stores bytes written by Python 3
 }
 

@@ -214,8 +214,11 @@ class ILSVRC12Files(RNGDataFlow):
 
 def _box_of(xml_path: str) -> np.ndarray:
     """[xmin, ymin, xmax, ymax] (float32) of the first object of an ImageNet box annotation."""
-    box = ElementTree.parse(xml_path).getroot().find("object").find("bndbox")
-    return np.asarray([float(box.find(tag).text) for tag in ("xmin", "ymin", "xmax", "ymax")], dtype="float32")
+    box = ElementTree.parse(xml_path).getroot().find("object/bndbox")
+    values = [None if box is None else box.findtext(tag) for tag in ("xmin", "ymin", "xmax", "ymax")]
+    if any(value is None for value in values):
+        raise ValueError("{} has no complete object/bndbox".format(xml_path))
+    return np.asarray([float(value) for value in values if value is not None], dtype="float32")
 
 
 class ILSVRC12(ILSVRC12Files):
@@ -258,7 +261,7 @@ class ILSVRC12(ILSVRC12Files):
             xml_path = os.path.join(bbox_dir, os.path.splitext(fname)[0] + ".xml")
             try:
                 boxes.append(_box_of(xml_path))
-            except (OSError, ElementTree.ParseError, AttributeError, TypeError, ValueError):
+            except (OSError, ElementTree.ParseError, ValueError):
                 boxes.append(None)
         logger.info("ILSVRC12: %d/%d images have a bounding box", sum(b is not None for b in boxes), len(boxes))
         return boxes
