@@ -11,6 +11,7 @@ Example::
     python -m inputpipe.doctor train.py:get_dataflow --seconds 20 --json doctor.json
     python -m inputpipe.doctor mypkg.data:make_train_flow
 """
+# ruff: noqa: T201 - printing the report is this command's job (the library itself never prints)
 import argparse
 import importlib
 import importlib.util

@@ -17,11 +17,12 @@ Example::
 """
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.logger import get_logger
 from ._helpers import close_iterators
+from ._probes import Timer, calibrate, make_probe
 from .base import DataFlow
 from .diagnosis import (
     BATCH, COMBINE, IMAGE, MAP, OTHER, PARALLEL_MAP, REMOTE, RUNNER, SHUFFLE, SOURCE, THREAD_MAP, ProfileReport,
@@ -47,7 +48,6 @@ _KINDS_BY_CLASS = [
 ]
 # Flows whose input is iterated in worker processes: the probes cannot follow it there.
 _INPUT_IN_WORKERS = ("MultiProcessRunnerZMQ",)
-_CALIBRATION_CALLS = 4000
 
 
 def _kind_of(flow: Any, has_inputs: bool) -> str:
@@ -99,125 +99,6 @@ def _workers_of(flow: Any) -> Tuple[Optional[int], str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Timing probes
-# ---------------------------------------------------------------------------------------------
-
-class _Timer:
-    """Counters of one stage, written by its probe. Only calls made in the profiling thread count
-    towards ``seconds``; calls from other threads are kept apart (they overlap in time)."""
-
-    __slots__ = ("seconds", "count", "ends", "other_thread_seconds", "other_thread_count", "entered_at", "active")
-
-    def __init__(self) -> None:
-        self.active = True
-        self.entered_at: Optional[float] = None
-        self.reset()
-
-    def reset(self) -> None:
-        self.seconds = 0.0
-        self.count = 0
-        self.ends = 0
-        self.other_thread_seconds = 0.0
-        self.other_thread_count = 0
-
-
-def _timed(iterator: Iterator[Any], timer: _Timer, thread_id: int) -> Iterator[Any]:
-    """The datapoints of ``iterator``, unchanged and in order, timing every ``next()``."""
-    clock, ident = time.perf_counter, threading.get_ident
-    try:
-        while timer.active:
-            start = clock()
-            mine = ident() == thread_id
-            if mine:
-                timer.entered_at = start
-            try:
-                dp = next(iterator)
-            except StopIteration:
-                if mine:
-                    timer.entered_at = None
-                    timer.seconds += clock() - start
-                    timer.ends += 1
-                return
-            finally:
-                if mine:
-                    timer.entered_at = None
-            elapsed = clock() - start
-            if mine:
-                timer.seconds += elapsed
-                timer.count += 1
-            else:
-                timer.other_thread_seconds += elapsed
-                timer.other_thread_count += 1
-            yield dp
-        yield from iterator       # the profile is over: pass the rest through untimed
-    finally:
-        close_iterators([iterator])
-
-
-class _Probe(DataFlow):
-    """Stands in for a stage's input while profiling: the same datapoints, with ``next()`` timed.
-    Everything else (length, ``reset_state``, ``close``, attributes) goes to the real input.
-    A subclass named like the input is made per input class, so error messages that name the
-    input's class read the same while profiling."""
-
-    def __init__(self, flow: Any, timer: _Timer, thread_id: int):
-        self.__dict__["_probed"] = flow
-        self.__dict__["_timer"] = timer
-        self.__dict__["_thread_id"] = thread_id
-
-    def __iter__(self) -> Iterator[Any]:
-        return _timed(iter(self._probed), self._timer, self._thread_id)
-
-    def __len__(self) -> int:
-        return len(self._probed)
-
-    def reset_state(self) -> None:
-        self._probed.reset_state()
-
-    def close(self) -> None:
-        close = getattr(self._probed, "close", None)
-        if callable(close):
-            close()
-
-    def __getattr__(self, name: str) -> Any:
-        probed = self.__dict__.get("_probed")
-        if probed is None:
-            raise AttributeError(name)
-        return getattr(probed, name)
-
-
-_PROBE_CLASSES: Dict[type, type] = {}
-
-
-def _make_probe(flow: Any, timer: _Timer, thread_id: int) -> _Probe:
-    cls = _PROBE_CLASSES.get(type(flow))
-    if cls is None:
-        cls = type(type(flow).__name__, (_Probe,), {"__module__": __name__})
-        _PROBE_CLASSES[type(flow)] = cls
-    return cls(flow, timer, thread_id)
-
-
-def _calibrate() -> float:
-    """Seconds a probe adds to its caller per ``next()`` outside the window it times (so that
-    is counted in the caller's own time and must be taken off it)."""
-    items = [None] * _CALIBRATION_CALLS
-    best = float("inf")
-    for _ in range(3):
-        clock = time.perf_counter
-        start = clock()
-        for _ in iter(items):
-            pass
-        plain = clock() - start
-        timer = _Timer()
-        start = clock()
-        for _ in _timed(iter(items), timer, threading.get_ident()):
-            pass
-        probed = clock() - start
-        best = min(best, (probed - timer.seconds - plain) / _CALIBRATION_CALLS)
-    return max(best, 0.0)
-
-
-# ---------------------------------------------------------------------------------------------
 # Walking the chain
 # ---------------------------------------------------------------------------------------------
 
@@ -228,7 +109,7 @@ class _Node:
         self.flow = flow
         self.path = path
         self.depth = depth
-        self.timer = _Timer()
+        self.timer = Timer()
         self.children: List["_Node"] = []
         self.note = ""
         self.cpu_start: Optional[float] = None
@@ -262,7 +143,7 @@ class _Instrumented:
         self.nodes: List[_Node] = []
         self._undo: List[Tuple[Any, str, Any]] = []
         self.root = self._visit(root, "df", 0)
-        self.root_probe = _make_probe(root, self.root.timer, thread_id)
+        self.root_probe = make_probe(root, self.root.timer, thread_id)
 
     def _visit(self, flow: Any, path: str, depth: int) -> _Node:
         node = _Node(flow, path, depth)
@@ -282,7 +163,7 @@ class _Instrumented:
             if attr == "ds":
                 child = self._visit(flow.ds, path + ".ds", depth)
                 self._undo.append((flow, "ds", flow.ds))
-                flow.__dict__["ds"] = _make_probe(flow.ds, child.timer, self.thread_id)
+                flow.__dict__["ds"] = make_probe(flow.ds, child.timer, self.thread_id)
             else:
                 if lists is None:
                     lists = list(flow.df_lists)
@@ -290,7 +171,7 @@ class _Instrumented:
                 entry = lists[key]
                 target = entry[0] if isinstance(entry, tuple) else entry
                 child = self._visit(target, "{}.df_lists[{}]".format(path, key), depth + 1)
-                probe = _make_probe(target, child.timer, self.thread_id)
+                probe = make_probe(target, child.timer, self.thread_id)
                 lists[key] = (probe,) + tuple(entry[1:]) if isinstance(entry, tuple) else probe
             node.children.append(child)
         if lists is not None:
@@ -415,16 +296,22 @@ class _ProfileRun(StoppableThread):
                 self._end_window()
             self.chain.restore()
 
+    @property
+    def instrumented(self) -> _Instrumented:
+        if self.chain is None:
+            raise RuntimeError("profile: the chain is not instrumented yet")
+        return self.chain
+
     def _start_window(self) -> None:
-        self.chain.reset_timers()
-        self.samples_start = _sample_workers(self.chain.nodes)
+        self.instrumented.reset_timers()
+        self.samples_start = _sample_workers(self.instrumented.nodes)
         self.datapoints = 0
         self.window_start = self.last_output = time.perf_counter()
         self.measuring.set()
 
     def _end_window(self) -> None:
         self.window_end = time.perf_counter()
-        self.samples_end = _sample_workers(self.chain.nodes)
+        self.samples_end = _sample_workers(self.instrumented.nodes)
 
     def _iterate(self) -> None:
         self.started_at = time.perf_counter()
@@ -433,7 +320,7 @@ class _ProfileRun(StoppableThread):
             self._start_window()
         while not self.stopped():
             produced = 0
-            itr = iter(self.chain.root_probe)
+            itr = iter(self.instrumented.root_probe)
             try:
                 for _ in itr:
                     produced += 1
@@ -496,7 +383,7 @@ def profile(df: DataFlow, seconds: float = 10.0, *, warmup: float = 1.0, max_dat
         raise ValueError("profile: stall_timeout must be > 0, got {!r}".format(stall_timeout))
     if reset:
         df.reset_state()
-    overhead = _calibrate()
+    overhead = calibrate()
     run = _ProfileRun(df, max(0.0, float(warmup)), max_datapoints)
     run.start()
     stalled = False
