@@ -116,8 +116,13 @@ class PublicNames(Directive):
         package_name = module_name.rsplit(".", 1)[0]
         package = importlib.import_module(package_name)
         lines = [".. automodule:: {}".format(module_name), "   :no-members:", ""]
+        elsewhere = []
         for name in getattr(module, "__all__", []):
             obj = getattr(module, name)
+            home = getattr(obj, "__module__", module_name)
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and home != module_name:
+                elsewhere.append(name)  # re-exported here (a tensorpack module path): documented where defined
+                continue
             path = "{}.{}".format(package_name if getattr(package, name, None) is obj else module_name, name)
             if inspect.isclass(obj):
                 if obj.__name__ != name:  # an alias kept for tensorpack code
@@ -129,6 +134,9 @@ class PublicNames(Directive):
                 lines += [".. autofunction:: {}".format(path), ""]
             else:
                 lines += [".. autodata:: {}".format(path), "   :no-value:", ""]
+        if elsewhere:
+            lines += ["Also importable from here (tensorpack's module path): {}.".format(
+                ", ".join("``{}``".format(name) for name in elsewhere)), ""]
         content = StringList(lines, source=module_name)
         holder = nodes.container()
         nested_parse_with_titles(self.state, content, holder)
