@@ -172,6 +172,26 @@ def test_profile_leaves_the_chain_unchanged_and_datapoints_in_order():
     assert [b[0].tolist() for b in df] == [e[0] for e in expected_epoch]
 
 
+def test_random_choose_and_mix_inputs_are_timed_and_put_back():
+    from inputpipe.dataflow import RandomChooseData
+
+    a = DataFromList([[i] for i in range(1000)], shuffle=False)
+    b = DataFromList([[i] for i in range(1000)], shuffle=False)
+    choose = RandomChooseData([(a, 0.5), (b, 0.5)])
+    entries = list(choose.df_lists)
+    c = DataFromList([[i] for i in range(30)], shuffle=False)
+    df = ConcatData([choose, c])
+    report = profile(df, seconds=5, warmup=0, max_datapoints=500)
+    assert choose.df_lists == entries and all(type(e[0]) is DataFromList for e in choose.df_lists)
+    assert [s.name for s in report.stages] == ["DataFromList", "DataFromList", "RandomChooseData", "DataFromList",
+                                               "ConcatData"]
+    assert [s.kind for s in report.stages] == ["source", "source", "combine", "source", "combine"]
+    first, second, chooser, third, concat = report.stages
+    assert chooser.datapoints == first.datapoints + second.datapoints
+    assert concat.datapoints == chooser.datapoints + third.datapoints == 500
+    assert [first.depth, chooser.depth, third.depth, concat.depth] == [2, 1, 1, 0]
+
+
 def test_an_error_in_the_chain_is_raised_and_the_chain_restored():
     def fail_at_five(dp):
         if dp[0] == 5:
@@ -236,6 +256,11 @@ def test_an_empty_flow_ends_the_profile():
 def test_bad_arguments_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         profile(DataFromList([[1]], shuffle=False), **kwargs)
+
+
+def test_something_else_than_a_dataflow_is_refused():
+    with pytest.raises(TypeError, match=r"profile: expected a DataFlow \(an iterable with reset_state\(\)\), got a list"):
+        profile([[1], [2]], seconds=1)
 
 
 def test_report_stage_lookup_names_the_stages_when_missing():

@@ -377,6 +377,9 @@ def profile(df: DataFlow, seconds: float = 10.0, *, warmup: float = 1.0, max_dat
         report = profile(df, seconds=0.5, warmup=0.1)
         assert report.limiting is not None and report.datapoints > 0
     """
+    if not _is_flow(df):
+        raise TypeError("profile: expected a DataFlow (an iterable with reset_state()), got a {}".format(
+            type(df).__name__))
     if not seconds > 0:
         raise ValueError("profile: seconds must be > 0, got {!r}".format(seconds))
     if not stall_timeout > 0:
