@@ -172,8 +172,7 @@ def make_places(directory, seed=0):
     rng = np.random.RandomState(seed)
     lines = ["train/bedroom/00000001.jpg", "train/airfield/00000001.jpg", "train/bedroom/00000002.jpg",
              "train/canyon/00000001.jpg"]
-    with_dirs = os.path.join(directory)
-    os.makedirs(with_dirs, exist_ok=True)
+    os.makedirs(directory, exist_ok=True)
     for line in lines:
         _write_image(os.path.join(directory, line), rng, (6, 4, 3))
     with open(os.path.join(directory, "train.txt"), "w") as f:

@@ -88,7 +88,8 @@ def test_mnist_batches_feed_a_graph_through_queue_input(tmp_path):
     d = make_mnist(str(tmp_path / "mnist"), train=6, test=3)
     train, test = get_mnist_data(d)
     assert len(train) == 3 and len(test) == 2
-    test.reset_state()
+    train.reset_state()
+    assert [b[0].shape for b in train] == [(2, 28, 28)] * 3
     expected = list(dataset.Mnist("test", shuffle=False, dir=d))
     source = QueueInput(BatchData(dataset.Mnist("test", shuffle=False, dir=d), 2, remainder=True), infinite=False)
     graph = tf.Graph()
