@@ -141,6 +141,15 @@ def comparison_table(runs: Sequence[RunNumbers]) -> str:
     return tabulate(rows, headers=headers, tablefmt="simple_outline", disable_numparse=True)
 
 
+def wait_note(runs: Sequence[RunNumbers]) -> List[str]:
+    """How to read the input wait column (it is the time the op producing the step's batch
+    blocked, which for staging overlaps the model's compute)."""
+    if not any(r.input == "staging" for r in runs):
+        return []
+    return ["input wait: how long the op producing a batch blocked within the step; staging's op fetches the "
+            "next batch while the model computes on the current one, so its wait overlaps the compute"]
+
+
 def expectation(runs: Sequence[RunNumbers], data_ms: Optional[float]) -> List[str]:
     """What the table should show, from D (one batch of data work, timed alone) and T (the
     dummy run's step), next to what it did show."""

@@ -44,7 +44,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from image_pipeline import DatasetError, DropCorrupt, close_dataflow  # noqa: E402
 from run_report import (  # noqa: E402
-    RunNumbers, comparison_table, expectation, numbers_of, rates_note, summary_table)
+    RunNumbers, comparison_table, expectation, numbers_of, rates_note, summary_table, wait_note)
 import synthetic_images  # noqa: E402
 from train_data import (  # noqa: E402
     MissingDependency, Producers, build_dataflow, prepare_images, require_lmdb, synthetic_dataset_dir,
@@ -369,9 +369,13 @@ def compare_inputs(args: argparse.Namespace, cfg: RunConfig, images, show_config
             close_dataflow(df)
     runs = []
     for i, name in enumerate(cfg.compare):
-        result = train_run(args, cfg, images, name, workers=cfg.compare_workers,
-                           extra_cost_ms=cfg.compare_extra_cost_ms, timed_steps=cfg.compare_steps,
-                           on_built=show_config)
+        _ReportedByExample.comparing = True
+        try:
+            result = train_run(args, cfg, images, name, workers=cfg.compare_workers,
+                               extra_cost_ms=cfg.compare_extra_cost_ms, timed_steps=cfg.compare_steps,
+                               on_built=show_config)
+        finally:
+            _ReportedByExample.comparing = False
         runs.append(result.numbers)
         print("compare {}/{}: {:8s} {:.1f} ms per step".format(i + 1, len(cfg.compare), name,
                                                              result.numbers.ms_per_step), flush=True)
@@ -384,7 +388,7 @@ def compare_inputs(args: argparse.Namespace, cfg: RunConfig, images, show_config
             "fake batches" if args.fake else "decode + augment", _extra_text(cfg.compare_extra_cost_ms), where,
             cfg.compare_workers))
     print(comparison_table(runs))
-    for line in expectation(runs, data_ms):
+    for line in expectation(runs, data_ms) + wait_note(runs):
         print("  " + line)
     sys.stdout.flush()
 
@@ -468,11 +472,17 @@ def _train(args, cfg: RunConfig, input_name: str, df, endpoint, producers, drop:
 
 class _ReportedByExample(logging.Filter):
     """Drops the library's log records about dataset errors: the example reports those itself,
-    as one line, when they reach the training loop."""
+    as one line, when they reach the training loop. While ``comparing`` is set, it also drops the
+    library's "training is input-bound" warnings: the comparison makes the data slow on purpose
+    and its table shows the wait."""
+
+    comparing = False
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not any(name in record.getMessage()
-                       for name in ("CorruptImageError", "DatasetError", "DatasetFormatError"))
+        message = record.getMessage()
+        if self.comparing and "training is input-bound" in message:
+            return False
+        return not any(name in message for name in ("CorruptImageError", "DatasetError", "DatasetFormatError"))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

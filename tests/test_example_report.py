@@ -14,7 +14,7 @@ EXAMPLES = REPO / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
 from run_report import (  # noqa: E402
-    RunNumbers, comparison_table, expectation, input_bound_verdict, numbers_of, summary_table)
+    RunNumbers, comparison_table, expectation, input_bound_verdict, numbers_of, summary_table, wait_note)
 
 
 def _cells(table, label):
@@ -100,6 +100,10 @@ def test_comparison_table_columns_rows_and_consistent_numbers():
     assert lines == ["D = 100 ms of data work per batch (timed alone), T = 100 ms per step with no input (dummy)",
                      "expected: feed about D + T = 200 ms per step; queue and staging about max(D, T) = 100 ms",
                      "measured: feed 220 ms, staging 110 ms"]
+    assert wait_note(runs) == ["input wait: how long the op producing a batch blocked within the step; staging's op "
+                               "fetches the next batch while the model computes on the current one, so its wait "
+                               "overlaps the compute"]
+    assert wait_note(runs[:1]) == []
 
 
 def test_comparison_without_feed_is_relative_to_the_first_input():
