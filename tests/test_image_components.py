@@ -168,6 +168,19 @@ def test_one_transform_is_applied_to_image_mask_and_coordinates():
     np.testing.assert_array_equal(image[0, 0], [0, 1, 2])   # the input is untouched (copy=True)
 
 
+def test_dict_datapoints_are_augmented_by_key():
+    image = np.arange(2 * 3, dtype=np.uint8).reshape(2, 3)
+    source = [{"image": image, "mask": image * 2, "points": np.array([[0.0, 1.0]], np.float32), "id": "a"}]
+    df = AugmentImageComponents(DataFromList(source, shuffle=False), [imgaug.Flip(horiz=True, prob=1.0)],
+                                index=("image", "mask"), coords_index=("points",))
+    df.reset_state()
+    [dp] = list(df)
+    assert sorted(dp) == ["id", "image", "mask", "points"] and dp["id"] == "a"
+    assert dp["image"].tolist() == [[2, 1, 0], [5, 4, 3]] and dp["mask"].tolist() == [[4, 2, 0], [10, 8, 6]]
+    assert dp["points"].tolist() == [[3.0, 1.0]]
+    assert source[0]["image"] is image and image.tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
 def test_copy_protects_the_input_unless_turned_off():
     class AddOneInPlace(imgaug.ImageAugmentor):
         """An old-style augmentor that changes its input in place (allowed when copy=False)."""
