@@ -386,7 +386,7 @@ def profile(df: DataFlow, seconds: float = 10.0, *, warmup: float = 1.0, max_dat
         raise ValueError("profile: stall_timeout must be > 0, got {!r}".format(stall_timeout))
     if reset:
         df.reset_state()
-    overhead = calibrate()
+    cost = calibrate()
     run = _ProfileRun(df, max(0.0, float(warmup)), max_datapoints)
     run.start()
     stalled = False
@@ -401,7 +401,7 @@ def profile(df: DataFlow, seconds: float = 10.0, *, warmup: float = 1.0, max_dat
         run.chain.restore()           # the stuck thread passes the rest through untimed, once it wakes
     if run.error is not None and not stalled:
         raise run.error
-    return _report(run, overhead, stalled)
+    return _report(run, cost, stalled)
 
 
 def _wait(run: _ProfileRun, seconds: float, stall_timeout: float) -> bool:
@@ -420,7 +420,8 @@ def _wait(run: _ProfileRun, seconds: float, stall_timeout: float) -> bool:
     return False
 
 
-def _report(run: _ProfileRun, overhead: float, stalled: bool) -> ProfileReport:
+def _report(run: _ProfileRun, cost: Tuple[float, float], stalled: bool) -> ProfileReport:
+    inside, outside = cost
     chain = run.chain
     if chain is None:
         raise RuntimeError("profile: the chain could not be instrumented")
@@ -438,7 +439,8 @@ def _report(run: _ProfileRun, overhead: float, stalled: bool) -> ProfileReport:
         timer = node.timer
         calls_in = sum(c.timer.count + c.timer.ends for c in node.children)
         total = totals[id(node)]
-        own = max(0.0, total - sum(totals[id(c)] for c in node.children) - overhead * calls_in)
+        own = max(0.0, total - sum(totals[id(c)] for c in node.children) - outside * calls_in
+                  - inside * (timer.count + timer.ends))
         kind = _kind_of(node.flow, bool(node.children) or bool(node.note))
         stage = StageProfile(
             name=_stage_name(node.flow, kind), kind=kind, type_name=type(node.flow).__name__, path=node.path,
@@ -460,7 +462,7 @@ def _report(run: _ProfileRun, overhead: float, stalled: bool) -> ProfileReport:
         stages.append(stage)
     report = ProfileReport(stages=stages, seconds=window, datapoints=run.datapoints,
                            consumer_seconds=max(0.0, window - totals[id(chain.root)]),
-                           probe_overhead_us=overhead * 1e6, stalled=stalled, ended=run.ended,
+                           probe_overhead_us=(inside + outside) * 1e6, stalled=stalled, ended=run.ended,
                            cpu_count=cpu_count())
     if stalled and stuck is not None:
         report.limiting_index = index[id(stuck)]
