@@ -19,13 +19,14 @@ from .remote import *  # noqa: F401,F403
 from .serialize import *  # noqa: F401,F403
 from .format import *  # noqa: F401,F403
 from .image import *  # noqa: F401,F403
+from .profiling import profile, ProfileReport, StageProfile  # noqa: F401
 
 _SUBPACKAGES = ("imgaug", "dataset")
 # ``from inputpipe.dataflow import *`` gives what ``from tensorpack.dataflow import *`` gives: every
 # public DataFlow name, and the ``imgaug`` and ``dataset`` subpackages.
 __all__ = sorted({name for name in dir() if not name.startswith("_")} - {"base", "raw", "common", "batch",
                   "transforms", "combine", "debug", "parallel", "parallel_map", "remote", "serialize",
-                  "format", "image", "seeding"}) + list(_SUBPACKAGES)
+                  "format", "image", "seeding", "profiling", "diagnosis"}) + list(_SUBPACKAGES)
 
 
 def __getattr__(name):
