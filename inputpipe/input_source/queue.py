@@ -26,12 +26,15 @@ from ._iteration import close_dataflow, iterate_datapoints
 from .placement import on_host
 from .realign import RealigningEnqueue
 from .signature import DatapointConverter
+from .worker_feed import WorkerFeed
 
 __all__ = ["QueueInput", "BatchQueueInput"]
 
 logger = get_logger(__name__)
 
 _STOP_TIMEOUT = 2.0
+#: Seconds the feeding thread of an ``in_worker`` source gets to stop before its worker is stopped.
+_WORKER_STOP_GRACE = 0.3
 
 
 class QueueInput(FeedfreeInput):
@@ -43,6 +46,17 @@ class QueueInput(FeedfreeInput):
     ``infinite=False`` the end of ``ds`` closes the queue and training gets a clean
     ``tf.errors.OutOfRangeError`` after the last datapoint.
 
+    ``in_worker=True`` (recommended whenever the DataFlow does real work in Python) runs ``ds``
+    in one worker process instead of the training process, so its Python never competes with
+    the train step for the GIL: the feeding thread only receives each datapoint (large arrays
+    through shared memory, without a copy) and enqueues it. One worker runs the whole flow: the
+    same datapoints in the same order and the same epochs as in the training process. A worker
+    that raises or dies fails the training step with a ``WorkerError`` carrying the worker's
+    traceback; ``close()`` and the end of the session stop the worker. The datapoints must be
+    what :mod:`inputpipe.utils.serialize` carries (numbers, strings, bytes, numpy arrays, lists,
+    tuples, dicts). ``source.stats`` shows how much Python the DataFlow ran in the training
+    process per step, and its input-bound warning says when to switch.
+
     TF shares the memory of 64-byte aligned arrays instead of copying them (see
     :mod:`inputpipe.utils.buffers`), so the DataFlow must not modify an array in place
     after yielding it. Large unaligned arrays are copied once, by TF's intra-op threads while the
@@ -50,7 +64,7 @@ class QueueInput(FeedfreeInput):
 
     Example::
 
-        source = QueueInput(df)
+        source = QueueInput(df, in_worker=True)
         source.setup(specs)
         x, y = source.get_input_tensors()
         with tf.compat.v1.train.MonitoredTrainingSession(hooks=source.get_hooks()) as sess:
@@ -60,19 +74,31 @@ class QueueInput(FeedfreeInput):
 
     default_capacity = 50
 
-    def __init__(self, ds: Any, queue: Optional[tf.queue.QueueBase] = None, *, infinite: bool = True):
+    def __init__(self, ds: Any, queue: Optional[tf.queue.QueueBase] = None, *, infinite: bool = True,
+                 in_worker: bool = False):
         super().__init__()
         self.ds = require_dataflow(ds, type(self).__name__)
         self.queue = queue
         self.infinite = infinite
+        self.in_worker = bool(in_worker)
+        self._worker_feed = WorkerFeed(self.ds, self.name) if self.in_worker else None
         self._thread: Optional[EnqueueThread] = None
         self._claimed = 0            # datapoints reserved by _claim_batch() in this session
         self._session = None
         self._reset_done = False
 
     def reset_state(self) -> None:
-        self.ds.reset_state()
+        """Reset the DataFlow (``in_worker``: start its worker process, which resets it there)."""
+        if self._worker_feed is not None:
+            self._worker_feed.reset_state()
+        else:
+            self.ds.reset_state()
         self._reset_done = True
+
+    @property
+    def worker_pids(self) -> List[int]:
+        """The pid of the worker running the DataFlow (``in_worker``; empty before it starts)."""
+        return [] if self._worker_feed is None else list(self._worker_feed.worker_pids)
 
     def size(self) -> int:
         n = get_length(self.ds)
@@ -177,6 +203,8 @@ class QueueInput(FeedfreeInput):
 
     def _datapoints(self, should_stop: Callable[[], bool]) -> Iterator[Any]:
         """The datapoints to enqueue (run in the feeding thread)."""
+        if self._worker_feed is not None:
+            return self._worker_feed.datapoints(self.infinite)
         return iterate_datapoints(self.ds, self.infinite, self.name)
 
     def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
@@ -193,6 +221,8 @@ class QueueInput(FeedfreeInput):
         self._thread.start()
 
     def _close_data(self) -> None:
+        if self._worker_feed is not None:
+            self._worker_feed.close()
         close_dataflow(self.ds, self.name)
         self._reset_done = False          # a later session resets it again (if it can restart)
 
@@ -206,7 +236,12 @@ class QueueInput(FeedfreeInput):
         except Exception:  # session already closed: its queues are gone too
             pass
         self._session = None
-        thread.join(_STOP_TIMEOUT)
+        thread.join(_STOP_TIMEOUT if self._worker_feed is None else _WORKER_STOP_GRACE)
+        if thread.is_alive() and self._worker_feed is not None:
+            # waiting for the worker's next datapoint: stopping the worker ends that wait
+            self._worker_feed.close()
+            self._reset_done = False
+            thread.join(_STOP_TIMEOUT)
         if thread.is_alive():
             logger.warning("%s: the feeding thread did not stop within %.0f s (is the DataFlow stuck in "
                            "__iter__?); it is a daemon and will end with the DataFlow", self.name, _STOP_TIMEOUT)
@@ -229,8 +264,8 @@ class BatchQueueInput(QueueInput):
     default_capacity = 3000
 
     def __init__(self, ds: Any, batch_size: int, queue: Optional[tf.queue.QueueBase] = None, *,
-                 infinite: bool = True):
-        super().__init__(ds, queue, infinite=infinite)
+                 infinite: bool = True, in_worker: bool = False):
+        super().__init__(ds, queue, infinite=infinite, in_worker=in_worker)
         if int(batch_size) <= 0:
             raise ValueError("BatchQueueInput: batch_size must be positive, got {}".format(batch_size))
         self.batch_size = int(batch_size)

@@ -1,0 +1,125 @@
+"""Run a queue source's DataFlow in one worker process, so its Python never holds the GIL of
+the training process.
+
+``QueueInput(df, in_worker=True)`` iterates ``df`` in a single supervised worker process
+(:class:`~inputpipe.dataflow.parallel.MultiProcessRunnerZMQ` with ``num_proc=1``: the same
+supervision, wire format and zero-copy shared memory as every parallel DataFlow). The training
+process only receives each datapoint and enqueues it. One worker runs the whole flow, so the
+datapoints come in the same order as when the flow runs in the training process.
+
+Epochs are kept exact: in the worker, :class:`EpochMarked` follows every pass over ``df`` with
+an end-of-epoch marker (a datapoint no DataFlow can make: it carries a random token of the
+source), so a finite source ends after exactly one pass, even when ``df`` has no length, and an
+empty epoch is detected as it is in the training process.
+
+Example::
+
+    feed = WorkerFeed(df, "QueueInput")
+    feed.reset_state()                    # starts the worker
+    for datapoint in feed.datapoints(infinite=False):
+        ...
+    feed.close()
+"""
+import os
+from typing import Any, Iterator, Optional
+
+from ..dataflow.base import DataFlow, DataFlowTerminated, ProxyDataFlow
+from ..dataflow.parallel import MultiProcessRunnerZMQ
+from .errors import InputSourceError
+
+__all__ = ["WorkerFeed", "EpochMarked"]
+
+_MARK = b"\x00inputpipe:end-of-epoch"
+_ENDED, _TERMINATED = "ended", "terminated"
+
+
+class EpochMarked(ProxyDataFlow):
+    """``ds``'s datapoints, pass after pass, each pass followed by ``[mark, token, how]``
+    (``how``: ``"ended"``, or ``"terminated"`` when ``ds`` raised ``DataFlowTerminated``).
+    It has no length, so the runner that iterates it never cuts an epoch itself.
+
+    Example::
+
+        marked = EpochMarked(df, token=b"12345678")
+        runner = MultiProcessRunnerZMQ(marked, num_proc=1)
+    """
+
+    def __init__(self, ds: DataFlow, token: bytes):
+        super().__init__(ds)
+        self.token = token
+
+    def __len__(self) -> int:
+        raise NotImplementedError("EpochMarked: the stream of passes has no length")
+
+    def __iter__(self) -> Iterator[Any]:
+        how = _ENDED
+        try:
+            for datapoint in self.ds:
+                yield datapoint
+        except DataFlowTerminated:
+            how = _TERMINATED
+        yield [_MARK, self.token, how]
+
+
+class WorkerFeed:
+    """The worker process that runs ``ds`` for the queue source ``owner``.
+
+    ``reset_state()`` starts it (a new worker after ``close()``); ``datapoints(infinite)``
+    yields what it sends, one pass (``infinite=False``) or pass after pass; ``close()`` stops it
+    and closes ``ds``. A worker that raises or dies makes iteration raise the runner's
+    :class:`~inputpipe.utils.errors.WorkerError` (with the worker's traceback).
+
+    Example::
+
+        feed = WorkerFeed(df, "QueueInput", hwm=50)
+    """
+
+    def __init__(self, ds: DataFlow, owner: str, hwm: int = 50):
+        self.ds = ds
+        self.owner = owner
+        self.hwm = hwm
+        self._token = os.urandom(16)
+        self._runner: Optional[MultiProcessRunnerZMQ] = None
+
+    def reset_state(self) -> None:
+        if self._runner is None:
+            self._runner = MultiProcessRunnerZMQ(EpochMarked(self.ds, self._token), num_proc=1, hwm=self.hwm)
+        self._runner.reset_state()
+
+    @property
+    def worker_pids(self):
+        return [] if self._runner is None else self._runner.worker_pids
+
+    def _marker(self, datapoint: Any) -> Optional[str]:
+        """``"ended"``/``"terminated"`` if ``datapoint`` is this feed's end-of-epoch marker, else None."""
+        if (type(datapoint) is list and len(datapoint) == 3 and type(datapoint[0]) is bytes
+                and datapoint[0] == _MARK and datapoint[1] == self._token):
+            return datapoint[2]
+        return None
+
+    def datapoints(self, infinite: bool) -> Iterator[Any]:
+        """The worker's datapoints in order: one pass, or (``infinite``) pass after pass.
+        An infinite pass that yields nothing raises :class:`InputSourceError` (it would spin)."""
+        runner = self._runner
+        if runner is None:
+            raise InputSourceError("{}: the DataFlow's worker is not running (call reset_state())".format(self.owner))
+        count = 0
+        for datapoint in runner:
+            how = self._marker(datapoint)
+            if how is None:
+                count += 1
+                yield datapoint
+                continue
+            if how == _TERMINATED or not infinite:
+                return
+            if count == 0:
+                raise InputSourceError("{}: the DataFlow {} produced no datapoint in an epoch, so it cannot be "
+                                       "repeated; is it an exhausted generator?".format(
+                                           self.owner, type(self.ds).__name__))
+            count = 0
+
+    def close(self) -> None:
+        """Stop the worker (within about a second) and close ``ds``; idempotent."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.close()
