@@ -210,8 +210,10 @@ def batch_summary(batch) -> dict:
     """Shapes, dtypes, value range, per-channel means and labels of one ``[images, labels]`` batch."""
     images, labels = np.asarray(batch[0]), np.asarray(batch[1])
     return {"images": [list(images.shape), str(images.dtype)], "labels": [list(labels.shape), str(labels.dtype)],
-            "min": [float(v) for v in images.min(axis=(0, 1, 2))], "max": [float(v) for v in images.max(axis=(0, 1, 2))],
-            "channel_means": [float(v) for v in images.mean(axis=(0, 1, 2))], "label_values": sorted(set(labels.tolist()))}
+            "min": [float(v) for v in images.min(axis=(0, 1, 2))],
+            "max": [float(v) for v in images.max(axis=(0, 1, 2))],
+            "channel_means": [float(v) for v in images.mean(axis=(0, 1, 2))],
+            "label_values": sorted(set(labels.tolist()))}
 
 
 def expected_layout(crop: int) -> dict:
@@ -420,7 +422,8 @@ def verify(pipelines: dict, items, crop: int, procs: int) -> dict:
             problems.append("{}: layout {}, expected {}".format(name, layout, expected_layout(crop)))
         if summary["label_values"] != [item[1]]:
             problems.append("{}: labels {}, expected only {}".format(name, summary["label_values"], item[1]))
-        if np.any(np.asarray(summary["min"]) < PIXEL_LOW - 1e-3) or np.any(np.asarray(summary["max"]) > PIXEL_HIGH + 1e-3):
+        below = np.asarray(summary["min"]) < PIXEL_LOW - 1e-3
+        if np.any(below) or np.any(np.asarray(summary["max"]) > PIXEL_HIGH + 1e-3):
             problems.append("{}: values {}..{} outside the normalised range {}..{}".format(
                 name, summary["min"], summary["max"], PIXEL_LOW.tolist(), PIXEL_HIGH.tolist()))
         gap = np.abs(np.asarray(summary["channel_means"]) - reference["channel_means"]).max()
@@ -516,7 +519,8 @@ def main():
     print("\ntf.data limited to the same cores by its options (private_threadpool_size = worker processes, "
           "max_intra_op_parallelism 1, TF intra/inter-op pools of 1), not by taskset. CPU cores busy: CPU time of "
           "the consuming process and its children (tf.data: its process) over the timed batches / wall time. "
-          "{} round(s), {} timed batches each.{}".format(args.repeats, args.batches, " " + missing_torch + "." if missing_torch else ""))
+          "{} round(s), {} timed batches each.{}".format(
+              args.repeats, args.batches, " " + missing_torch + "." if missing_torch else ""))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"benchmark": "jpeg_pipeline", "quick": args.quick, "batch_size": BATCH_SIZE,
