@@ -1,6 +1,7 @@
 """The small trainer: runs N steps over an InputSource and reports throughput and stalls."""
 import io
 import logging
+import sys
 
 import numpy as np
 import pytest
@@ -172,3 +173,30 @@ def test_train_progress_to_a_log_writes_two_lines(capsys):
     bars = [line for line in err.split("\n") if "/30" in line]
     assert len(bars) == 2, err
     assert "30/30" in bars[-1] and "loss=" in bars[-1]
+
+
+def test_log_records_during_training_do_not_break_the_bar_on_a_terminal(monkeypatch):
+    """On a terminal, a warning logged mid-run goes through tqdm.write: the bar is cleared, the
+    record gets a line of its own, and the bar is redrawn below it."""
+    screen = _Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    handler = logging.StreamHandler(screen)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        source = QueueInput(Counting())
+        graph, train_op, loss, seen = _model(source)
+
+        def warn_at_step_3(step, values):
+            if step == 3:
+                logging.getLogger("user").warning("something to say at step 4")
+
+        train(train_op, source, steps=8, fetches={"loss": loss}, progress=True, callback=warn_at_step_3)
+        assert root.handlers[-1] is handler  # the console handler is back after the run
+    finally:
+        root.removeHandler(handler)
+    out = screen.getvalue()
+    [line] = [line for line in out.split("\n") if "something to say" in line]
+    assert line.split("\r")[-1] == "WARNING something to say at step 4"
+    assert "8/8" in out.split("something to say at step 4")[1]  # the bar goes on below it
