@@ -9,6 +9,7 @@ Example::
     ds.reset_state()
     image, label = next(iter(ds))
 """
+from ..base import RNGDataFlow  # tensorpack's dataset package re-exports it; user readers subclass it from there
 from ._files import DatasetDownloadError, get_dataset_path
 from .bsds500 import *  # noqa: F401,F403
 from .caltech101 import *  # noqa: F401,F403
@@ -19,7 +20,7 @@ from .places import *  # noqa: F401,F403
 from .svhn import *  # noqa: F401,F403
 from . import bsds500, caltech101, cifar, ilsvrc, mnist, places, svhn
 
-__all__ = ["DatasetDownloadError", "get_dataset_path"]
+__all__ = ["DatasetDownloadError", "get_dataset_path", "RNGDataFlow"]
 for _module in (bsds500, caltech101, cifar, ilsvrc, mnist, places, svhn):
     __all__ += _module.__all__
 del _module
