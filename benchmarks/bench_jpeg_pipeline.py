@@ -445,10 +445,10 @@ def main():
     parser.add_argument("--batches", type=int, default=60, help="timed batches per measurement")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3, help="rounds; the pipelines take turns in each")
-    parser.add_argument("--procs", type=int, nargs="+", default=[1, 2],
-                        help="worker processes (tf.data: private threads)")
+    parser.add_argument("--procs", type=int, nargs="+", default=None,
+                        help="worker processes (tf.data: private threads); default 1 2 (--quick: 1)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for one tf.data answer")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: small image set, 1 round, 1 process")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: small image set, 1 round, 3 batches")
     parser.add_argument("--out", default=None, help="JSON path (default results/jpeg_pipeline.json; --quick: temp)")
     parser.add_argument("--serve-tf-data", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -456,8 +456,9 @@ def main():
         return serve_tf_data()
     settings = SETTINGS
     if args.quick:
-        args.batches, args.warmup, args.repeats, args.procs = 3, 1, 1, [1]
+        args.batches, args.warmup, args.repeats, args.procs = 3, 1, 1, args.procs or [1]
         settings = [(label, stored, crop, 10) for label, stored, crop, _ in SETTINGS]
+    args.procs = args.procs or [1, 2]
     out = args.out or (os.path.join(tempfile.gettempdir(), "jpeg_pipeline-quick.json") if args.quick
                        else os.path.join(HERE, "results", "jpeg_pipeline.json"))
 
@@ -521,6 +522,9 @@ def main():
           "the consuming process and its children (tf.data: its process) over the timed batches / wall time. "
           "{} round(s), {} timed batches each.{}".format(
               args.repeats, args.batches, " " + missing_torch + "." if missing_torch else ""))
+    if args.quick:
+        print("--quick: a smoke run of every path; 3 timed batches can come from the buffers, so these are "
+              "not measurements")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"benchmark": "jpeg_pipeline", "quick": args.quick, "batch_size": BATCH_SIZE,
