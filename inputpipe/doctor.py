@@ -67,12 +67,8 @@ def load_factory(target: str) -> Callable[[], Any]:
 
     Example::
 
-        factory = load_factory("examples/train_resnet.py:get_dataflow")
-        required = _required_parameters(factory)
-    if required:
-        parser.error("{} must be callable without arguments, but it requires {}".format(
-            args.target, ", ".join(required)))
-    df = factory()
+        factory = load_factory("my_pipeline.py:get_dataflow")
+        df = factory()
     """
     module_text, sep, func_name = target.rpartition(":")
     if not sep or not module_text or not func_name or not func_name.isidentifier():

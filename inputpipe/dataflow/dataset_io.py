@@ -1,4 +1,4 @@
-"""Shared pieces of the dataset-file modules (:mod:`.serialize`, :mod:`.format`): the error type,
+"""Shared pieces of the dataset-file modules (:mod:`inputpipe.dataflow.serialize`, :mod:`inputpipe.dataflow.format`): the error type,
 file checks, atomic writing and per-process shared LMDB environments.
 
 Example::
