@@ -53,10 +53,16 @@ def test_every_tutorial_page_is_in_the_navigation(built_site):
         assert 'href="{}.html"'.format(name) in index, name
 
 
-def test_api_reference_is_generated_from_docstrings(built_site):
+def test_api_reference_is_generated_from_docstrings_under_the_public_names(built_site):
     page = (built_site / "api" / "dataflow.html").read_text(encoding="utf-8")
-    assert 'id="inputpipe.dataflow.base.DataFlow"' in page
+    for name in ("DataFlow", "BatchData", "MultiProcessMapData", "AugmentImageComponent", "LMDBSerializer"):
+        assert 'id="inputpipe.dataflow.{}"'.format(name) in page, name
+    assert 'id="inputpipe.dataflow.batch.BatchData"' not in page
     assert "reset_state" in page
+    imgaug = (built_site / "api" / "dataflow.imgaug.html").read_text(encoding="utf-8")
+    assert 'id="inputpipe.dataflow.imgaug.ResizeShortestEdge"' in imgaug
+    sources = (built_site / "api" / "input_source.html").read_text(encoding="utf-8")
+    assert 'id="inputpipe.input_source.StagingInput"' in sources
 
 
 def test_every_module_is_in_the_api_reference(built_site):
