@@ -12,7 +12,7 @@ model, data and steps, a fresh graph each), with heavier data work per image, an
 table side by side: with data work D and a step T per batch, feed takes about D + T per step
 and staging about max(D, T).
 
-    python examples/train_resnet.py                          # defaults: about 2.5 minutes on 2 cores
+    python examples/train_resnet.py                          # defaults: about 2-3 minutes on 2 cores
     python examples/train_resnet.py --compare                # only the comparison (about 1 minute)
     python examples/train_resnet.py --data ~/imagenet/train --model resnet50 --no-compare
     python examples/train_resnet.py --lmdb                   # dump to LMDB once, train from it
@@ -57,7 +57,6 @@ DEFAULT_COMPARE = "feed,queue,staging,dummy"
 #: the comparison's extra data work per image: with the default flags it makes the data work per
 #: batch (64 images) about as long as the train step on a 2-core CPU (~110 ms each)
 COMPARE_EXTRA_COST_MS = 1.5
-log = logging.getLogger("train_resnet")
 
 
 @dataclass
@@ -92,8 +91,9 @@ class RunConfig:
         ]
         if training:
             lines += [
-                "input        {} ({}{})".format(self.input, _workers_text(self.workers),
-                                                _extra_text(self.extra_cost_ms)),
+                "input        {} ({}{})".format(
+                    self.input, "constant zeros, no data work" if self.input == "dummy" else _workers_text(self.workers),
+                    _extra_text(self.extra_cost_ms)),
                 "training     {} steps x batch {}, momentum SGD lr {}".format(
                     self.steps, self.batch_size, self.learning_rate),
             ]
