@@ -207,3 +207,17 @@ def test_extra_cost_makes_each_image_slower(tmp_path):
     assert image.dtype == np.float32 and label == 3
     with pytest.raises(ValueError, match="extra_cost_ms must be >= 0, got -1"):
         DecodeAndAugment(16, extra_cost_ms=-1)
+
+
+def test_each_run_gets_its_own_timestamped_logdir(tmp_path, monkeypatch):
+    import time
+
+    import train_resnet
+
+    monkeypatch.setattr(time, "strftime", lambda fmt: "20261124-071500")
+    first = train_resnet.run_logdir(str(tmp_path / "logs"), "staging")
+    assert first == str(tmp_path / "logs" / "20261124-071500-staging")
+    Path(first).mkdir(parents=True)
+    second = train_resnet.run_logdir(str(tmp_path / "logs"), "staging")  # the same second: a new folder
+    assert second == str(tmp_path / "logs" / "20261124-071500-staging-2")
+    assert train_resnet.run_logdir(str(tmp_path / "logs"), "feed") == str(tmp_path / "logs" / "20261124-071500-feed")
