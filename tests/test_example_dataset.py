@@ -195,6 +195,7 @@ def test_corrupt_image_fails_or_is_dropped_and_counted(tmp_path):
 
 def test_pipeline_modules_do_not_import_tensorflow():
     """Producer processes and the JPEG benchmark import them; TensorFlow would cost seconds."""
-    code = "import sys, image_pipeline, synthetic_images; print('tensorflow' in sys.modules)"
+    code = ("import sys, image_pipeline, synthetic_images, train_data, run_report, train_resnet; "
+            "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=str(EXAMPLES), capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
