@@ -254,6 +254,7 @@ def test_unknown_start_method_is_refused():
         MultiProcessRunnerZMQ(Indexed(3), start_method="threads")
 
 
+@pytest.mark.timeout(20, method="signal")
 def test_worker_exception_reaches_consumer_with_traceback_within_1s():
     df = MultiProcessRunnerZMQ(FailsAfter(3), num_proc=1)
     df.reset_state()
@@ -286,6 +287,7 @@ def test_a_datapoint_the_wire_format_cannot_carry_is_a_clear_worker_error():
     assert "(at obj[1])" in str(info.value)
 
 
+@pytest.mark.timeout(20, method="signal")      # without a liveness check this would wait forever
 def test_killed_worker_is_reported_with_pid_and_signal_within_1s():
     df = MultiProcessRunnerZMQ(Endless(), num_proc=2, hwm=4)
     df.reset_state()
@@ -312,10 +314,23 @@ def _stop_by_gc(df):
     gc.collect()
 
 
+def _segment_fds(directory):
+    """Descriptors this process holds on (nameless) files in ``directory``: the segments."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink("/proc/self/fd/" + fd).startswith(str(directory) + "/"):
+                found.append(int(fd))
+        except OSError:
+            pass
+    return found
+
+
 @pytest.mark.parametrize("how", ["close", "gc", "with", "exception", "keyboard_interrupt"])
 def test_every_worker_is_gone_within_2s_and_no_file_is_left(how, shm_dir):
     df = MultiProcessRunnerZMQ(Indexed(1000, (300, 300)), num_proc=2, hwm=6, shm_bytes=4 << 20)
     df.reset_state()
+    assert list(shm_dir.iterdir()) == [] and len(_segment_fds(shm_dir)) == 2     # named never, held here
     it = iter(df)
     next(it)
     pids = df.worker_pids
@@ -337,6 +352,9 @@ def test_every_worker_is_gone_within_2s_and_no_file_is_left(how, shm_dir):
             pass
     _wait_gone(pids, 2.0 - (time.monotonic() - start))
     assert list(shm_dir.iterdir()) == []
+    it = None                  # the suspended iterator holds its last datapoint, whose memory lives
+    gc.collect()
+    assert _segment_fds(shm_dir) == []     # every segment is released once nothing uses it
 
 
 def _run_script(code, *args):
@@ -397,16 +415,19 @@ def test_ctrl_c_in_the_consumer_stops_every_worker_within_2s(tmp_path):
         parent.stderr.close()
 
 
+@pytest.mark.timeout(30, method="signal")
 def test_each_worker_gets_its_own_seed_and_a_seeded_pipeline_repeats():
     def run():
         seeding.set_global_seed(1234)
         df = MultiProcessRunnerZMQ(RankedRandom(), num_proc=2, hwm=2)
         df.reset_state()
         per_rank = {0: [], 1: []}
+        deadline = time.monotonic() + 10
         with df:
             while min(len(v) for v in per_rank.values()) < 5:
+                assert time.monotonic() < deadline, "not every rank answered: {}".format(per_rank)
                 for rank, value in df:
-                    per_rank[rank].append(value)
+                    per_rank.setdefault(rank, []).append(value)
         return {rank: values[:5] for rank, values in per_rank.items()}
 
     try:
@@ -460,3 +481,96 @@ def test_tensorpack_aliases_and_argument_checks():
     df = MultiProcessRunnerZMQ(Indexed(3))
     with pytest.raises(RuntimeError, match="call reset_state"):
         next(iter(df))
+
+
+_FROM_A_THREAD_SCRIPT = """
+    import sys, threading, time
+    from inputpipe.dataflow import DataFlow, MultiProcessMapData
+
+    class Indexed(DataFlow):
+        def __len__(self):
+            return 100
+
+        def __iter__(self):
+            for i in range(100):
+                yield [i]
+
+    def sleep_forever(dp):
+        time.sleep(3600)          # busy in map_func: only the parent watchdog can notice the parent die
+
+    df = MultiProcessMapData(Indexed(), 2, sleep_forever, strict=True)
+
+    def consume():
+        df.reset_state()          # no parent-death signal: started from a thread that is not the main one
+        print(" ".join(str(p) for p in df.worker_pids), flush=True)
+        for _ in df:
+            pass
+
+    threading.Thread(target=consume, daemon=True).start()
+    time.sleep(3600)
+"""
+
+
+def test_workers_started_from_another_thread_exit_within_5s_when_the_parent_is_killed():
+    parent = _run_script(_FROM_A_THREAD_SCRIPT)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2, parent.stderr.read()
+        time.sleep(0.3)                       # the workers are inside map_func now
+        assert all(psutil.pid_exists(p) for p in pids)
+        parent.kill()
+        parent.wait(timeout=10)
+        _wait_gone(pids, 5.0)
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+        parent.stdout.close()
+        parent.stderr.close()
+
+
+class Closes(DataFlow):
+    """Counts close() calls (in this process)."""
+
+    closed = 0
+
+    def __len__(self):
+        return 100
+
+    def __iter__(self):
+        for i in range(100):
+            yield [i]
+
+    def close(self):
+        Closes.closed += 1
+
+
+def _double(dp):
+    return [dp[0] * 2]
+
+
+def test_closing_the_outermost_flow_stops_every_worker_of_the_chain_within_2s():
+    from inputpipe.dataflow import BatchData, MapData, MultiProcessMapData, MultiThreadMapData
+
+    Closes.closed = 0
+    runner = MultiProcessRunnerZMQ(Indexed(100), num_proc=2, hwm=4)
+    processes = MultiProcessMapData(runner, 2, _double, buffer_size=8)
+    threads = MultiThreadMapData(processes, 2, _double, buffer_size=8)
+    outer = BatchData(MapData(threads, _double), 4)
+    source_map = MultiThreadMapData(Closes(), 2, _double, buffer_size=8)
+    outer.reset_state()
+    source_map.reset_state()
+    batch = next(iter(outer))
+    assert batch[0].shape == (4,) and all(v % 8 == 0 for v in batch[0])
+    assert next(iter(source_map)) in ([0], [2], [4], [6], [8], [10], [12], [14])
+    pids = runner.worker_pids + processes.worker_pids
+    assert len(pids) == 4 and all(psutil.pid_exists(p) for p in pids)
+    start = time.monotonic()
+    outer.close()
+    source_map.close()
+    _wait_gone(pids, 2.0)
+    while any(t.name.startswith("MultiThreadMapData-thread-") for t in threading.enumerate()):
+        assert time.monotonic() - start < 2.0, "threads still running after 2 s"
+        time.sleep(0.02)
+    assert Closes.closed == 1                 # forwarded down to the source
+    with pytest.raises(RuntimeError, match="is closed"):
+        runner.reset_state()

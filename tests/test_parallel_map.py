@@ -151,6 +151,7 @@ def test_continuous_epochs_have_exactly_len_answers_whatever_the_answer_order(or
 
 @pytest.mark.parametrize("cls,worker", [(MultiThreadMapData, "MultiThreadMapData-thread-"),
                                         (MultiProcessMapData, "MultiProcessMapData: worker ")])
+@pytest.mark.timeout(20, method="signal")
 def test_map_exception_reaches_consumer_with_traceback_within_1s(cls, worker):
     df = cls(Indexed(1000), 2, fail_on_13, strict=True, buffer_size=10)
     df.reset_state()
@@ -165,6 +166,7 @@ def test_map_exception_reaches_consumer_with_traceback_within_1s(cls, worker):
     assert "in fail_on_13" in info.value.remote_traceback
 
 
+@pytest.mark.timeout(20, method="signal")      # without a liveness check this would wait forever
 def test_killed_map_worker_is_reported_within_1s():
     df = MultiProcessMapData(Indexed(100), 2, hang_on_5, strict=True, ordered=True, buffer_size=10)
     df.reset_state()
@@ -336,3 +338,58 @@ def test_a_stuck_thread_is_reported_after_map_timeout():
 def test_map_timeout_must_be_positive():
     with pytest.raises(ValueError, match="map_timeout must be a positive number of seconds or None, got 0"):
         MultiProcessMapData(Indexed(3), 1, _stuck_at_3, map_timeout=0)
+
+
+def _ignore_sigterm_and_hang(dp):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(3600)
+
+
+@pytest.mark.timeout(30, method="signal")
+def test_a_worker_that_ignores_sigterm_is_still_gone_within_3s_of_close():
+    df = MultiProcessMapData(Indexed(10), 2, _ignore_sigterm_and_hang, strict=True, map_timeout=0.3)
+    df.reset_state()
+    pids = df.worker_pids
+    with pytest.raises(WorkerError, match="has not answered"):
+        list(df)                           # both workers are now inside map_func, ignoring SIGTERM
+    start = time.monotonic()
+    df.close()
+    while any(_alive(pid) for pid in pids):
+        assert time.monotonic() - start < 3.0, "a worker ignoring SIGTERM outlived close() (no SIGKILL?)"
+        time.sleep(0.02)
+
+
+def _slow_identity(dp):
+    time.sleep(0.05)
+    return dp
+
+
+@pytest.mark.timeout(60, method="signal")
+@pytest.mark.parametrize("cls", [MultiThreadMapData, MultiProcessMapData])
+def test_map_timeout_counts_from_each_task_not_from_the_first(cls):
+    # each worker has 20 tasks of 0.05 s queued (1 s in all) but answers every 0.05 s: not stuck
+    df = cls(Indexed(40), 2, _slow_identity, strict=True, ordered=True, map_timeout=0.5)
+    df.reset_state()
+    with df:
+        assert list(df) == [[i] for i in range(40)]
+
+
+@pytest.mark.timeout(30, method="signal")
+def test_a_stuck_worker_is_reported_while_the_others_keep_answering():
+    release = threading.Event()
+
+    def stuck_at_3(dp):
+        if dp[0] == 3:
+            release.wait(30)
+        return dp
+
+    df = MultiThreadMapData(Indexed(10 ** 6), 2, stuck_at_3, buffer_size=8, map_timeout=0.3)
+    df.reset_state()
+    got = 0
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=r"MultiThreadMapData-thread-\d has not answered for"):
+        for _ in df:
+            got += 1
+    assert time.monotonic() - start < 5.0 and got > 3      # the other thread answered meanwhile
+    release.set()
+    df.close()

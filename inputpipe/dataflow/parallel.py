@@ -25,6 +25,7 @@ import traceback
 import weakref
 from typing import Any, Callable, Iterator, List, Optional
 
+from ..utils.compat import no_other_arguments, renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import worker_error_class
 from ..utils.workers import WorkerPool, WorkerPoolOwner
@@ -36,6 +37,7 @@ __all__ = [
     "MultiThreadRunner",
     "PrefetchDataZMQ",
     "PrefetchData",
+    "MultiProcessPrefetchData",
     "MultiThreadPrefetchData",
 ]
 
@@ -104,6 +106,8 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
         max_prefetch_bytes: optionally, also bound the prefetched array bytes (split among the
             workers; a worker may exceed its share by one datapoint).
 
+    tensorpack's old keyword ``nr_proc=`` still works, with a ``DeprecationWarning``.
+
     Datapoints go through :mod:`inputpipe.utils.serialize` (no pickle), so their components
     must be numbers, strings, bytes, numpy arrays, lists, tuples or dicts. Arrays of a large
     datapoint are views of shared memory that is recycled once they are garbage-collected.
@@ -124,9 +128,11 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
     """
 
     def __init__(self, ds: DataFlow, num_proc: int = 1, hwm: int = 50, *, start_method: Optional[str] = None,
-                 shm_bytes: Optional[int] = None, max_prefetch_bytes: Optional[int] = None):
+                 shm_bytes: Optional[int] = None, max_prefetch_bytes: Optional[int] = None, **old_names: Any):
         super().__init__(ds)
         name = type(self).__name__
+        num_proc = renamed_argument(name, old_names, "nr_proc", "num_proc", num_proc, 1)
+        no_other_arguments(name, old_names)
         self.num_proc = _check_positive(name, "num_proc", num_proc)
         self.hwm = _check_positive(name, "hwm", hwm)
         per_worker = max(1, hwm // num_proc)
@@ -165,9 +171,11 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
                 yield dp
 
     def close(self) -> None:
-        """Stop the workers (within about a second) and free their pipes and shared memory."""
+        """Stop the workers (within about a second), free their pipes and shared memory, and
+        close ``ds`` here too (in case it started anything in this process)."""
         self._closed = True
         self._pool.close()
+        super().close()
 
     def __enter__(self):
         return self
@@ -183,13 +191,21 @@ class MultiProcessRunner(MultiProcessRunnerZMQ):
     .. warning::
        It runs ``num_proc`` COPIES of ``ds``: the same distribution, not the same set.
 
+    tensorpack's old keywords ``nr_prefetch=`` and ``nr_proc=`` still work, with a
+    ``DeprecationWarning``.
+
     Example::
 
         df = MultiProcessRunner(AugmentedImages(), num_prefetch=20, num_proc=4)
     """
 
-    def __init__(self, ds: DataFlow, num_prefetch: int, num_proc: int, **kwargs):
-        super().__init__(ds, num_proc=num_proc, hwm=num_prefetch, **kwargs)
+    def __init__(self, ds: DataFlow, num_prefetch: Optional[int] = None, num_proc: Optional[int] = None,
+                 **kwargs: Any):
+        name = type(self).__name__
+        num_prefetch = renamed_argument(name, kwargs, "nr_prefetch", "num_prefetch", num_prefetch, None)
+        num_proc = renamed_argument(name, kwargs, "nr_proc", "num_proc", num_proc, None)
+        super().__init__(ds, num_proc=_check_positive(name, "num_proc", num_proc),
+                         hwm=_check_positive(name, "num_prefetch", num_prefetch), **kwargs)
 
 
 class _CopyThread(StoppableThread):
@@ -234,6 +250,9 @@ class MultiThreadRunner(DataFlow):
     An exception in a thread is raised in the consumer as
     :class:`~inputpipe.utils.errors.WorkerError`, chained to the original exception.
 
+    tensorpack's old keywords ``nr_prefetch=`` and ``nr_thread=`` still work, with a
+    ``DeprecationWarning``.
+
     Example::
 
         df = MultiThreadRunner(lambda: ImagesFromUrls(urls), num_prefetch=100, num_thread=8)
@@ -243,8 +262,12 @@ class MultiThreadRunner(DataFlow):
                 ...
     """
 
-    def __init__(self, get_df: Callable[[], DataFlow], num_prefetch: int, num_thread: int):
+    def __init__(self, get_df: Callable[[], DataFlow], num_prefetch: Optional[int] = None,
+                 num_thread: Optional[int] = None, **old_names: Any):
         name = type(self).__name__
+        num_prefetch = renamed_argument(name, old_names, "nr_prefetch", "num_prefetch", num_prefetch, None)
+        num_thread = renamed_argument(name, old_names, "nr_thread", "num_thread", num_thread, None)
+        no_other_arguments(name, old_names)
         _check_positive(name, "num_thread", num_thread)
         self.num_prefetch = _check_positive(name, "num_prefetch", num_prefetch)
         self._dfs = [get_df() for _ in range(num_thread)]
@@ -292,9 +315,13 @@ class MultiThreadRunner(DataFlow):
                 yield dp
 
     def close(self) -> None:
-        """Stop and join the threads (within about a second)."""
+        """Stop and join the threads (within about a second), then close every copy."""
         if self._finalizer is not None:
             self._finalizer()
+        for df in self._dfs:
+            close = getattr(df, "close", None)
+            if callable(close):
+                close()
 
     def __enter__(self):
         return self
@@ -306,4 +333,5 @@ class MultiThreadRunner(DataFlow):
 #: tensorpack's older names.
 PrefetchDataZMQ = MultiProcessRunnerZMQ
 PrefetchData = MultiProcessRunner
+MultiProcessPrefetchData = MultiProcessRunner
 MultiThreadPrefetchData = MultiThreadRunner

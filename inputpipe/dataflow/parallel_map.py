@@ -26,6 +26,7 @@ import traceback
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from ..utils.compat import no_other_arguments, renamed_argument, warn_deprecated
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import WorkerError, worker_error_class
 from ..utils.workers import WorkerPool, WorkerPoolOwner
@@ -38,8 +39,33 @@ __all__ = [
     "MultiProcessMapData",
     "MultiProcessMapDataZMQ",
     "MultiProcessMapAndBatchData",
+    "MultiProcessMapAndBatchDataZMQ",
     "ThreadedMapData",
 ]
+
+_DEFAULT_BUFFER_SIZE = 200
+
+
+def _old_style_arguments(name: str, count_name: str, count: Optional[int], map_func: Optional[Callable],
+                         positional: Tuple[Any, ...], buffer_size: int, strict: bool,
+                         old_names: Dict[str, Any]) -> Tuple[int, Callable, int, bool]:
+    """tensorpack before 0.9: ``nr_proc=``/``nr_thread=``, and ``buffer_size``, ``strict`` passed
+    positionally after ``map_func``. Returns ``(count, map_func, buffer_size, strict)``."""
+    count = renamed_argument(name, old_names, "nr_" + count_name.split("_")[1], count_name, count, None)
+    no_other_arguments(name, old_names)
+    if len(positional) > 2:
+        raise TypeError("{}() takes at most 5 positional arguments ({} given)".format(name, 3 + len(positional)))
+    if positional:
+        if buffer_size != _DEFAULT_BUFFER_SIZE or strict is not False:
+            raise TypeError("{}: buffer_size/strict passed both by position and by keyword".format(name))
+        warn_deprecated("{}: buffer_size and strict passed by position is tensorpack's old style; it still "
+                        "works but is deprecated: pass buffer_size= and strict= as keywords".format(name))
+        buffer_size = positional[0]
+        strict = positional[1] if len(positional) > 1 else strict
+    if not callable(map_func):
+        raise TypeError("{}: map_func must be callable, got {!r}".format(name, map_func))
+    return _check_positive(name, count_name, count), map_func, buffer_size, strict
+
 
 
 class _ParallelMapBase(ProxyDataFlow):
@@ -123,6 +149,7 @@ class _ParallelMapBase(ProxyDataFlow):
         rank, (epoch, seq, result) = got
         self._in_flight[rank] -= 1
         self._waiting_since[rank] = time.monotonic() if self._in_flight[rank] else None
+        self._check_hung()                         # also while other workers keep answering
         if epoch != self._epoch:
             return                                 # left over from an abandoned strict epoch
         self._epoch_in_flight -= 1
@@ -233,6 +260,11 @@ class MultiThreadMapData(_ParallelMapBase):
     ``map_func`` is raised in the consumer as :class:`~inputpipe.utils.errors.WorkerError`
     chained to the original; with ``map_timeout``, so is a thread that holds work without
     answering for that many seconds (a thread cannot be killed: it ends when its call returns).
+    It is also an instance of the original exception's class where that class allows it (see
+    :func:`~inputpipe.utils.errors.worker_error_class`), so ``except ValueError`` still works.
+
+    tensorpack's old style still works, with a ``DeprecationWarning``: ``nr_thread=``, and
+    ``buffer_size`` and ``strict`` passed by position after ``map_func``.
 
     Example::
 
@@ -242,11 +274,13 @@ class MultiThreadMapData(_ParallelMapBase):
             contents = [dp for dp in df]
     """
 
-    def __init__(self, ds: DataFlow, num_thread: int, map_func: Callable[[Any], Any], *,
-                 buffer_size: int = 200, strict: bool = False, ordered: bool = False,
-                 map_timeout: Optional[float] = None):
-        super().__init__(ds, _check_positive(type(self).__name__, "num_thread", num_thread),
-                         buffer_size, strict, ordered, map_timeout)
+    def __init__(self, ds: DataFlow, num_thread: Optional[int] = None,
+                 map_func: Optional[Callable[[Any], Any]] = None, *old_positional: Any,
+                 buffer_size: int = _DEFAULT_BUFFER_SIZE, strict: bool = False, ordered: bool = False,
+                 map_timeout: Optional[float] = None, **old_names: Any):
+        num_thread, map_func, buffer_size, strict = _old_style_arguments(
+            type(self).__name__, "num_thread", num_thread, map_func, old_positional, buffer_size, strict, old_names)
+        super().__init__(ds, num_thread, buffer_size, strict, ordered, map_timeout)
         self.map_func = map_func
         self._results = queue.Queue()      # bounded by buffer_size tasks in flight
         self._threads: List[_MapThread] = []
@@ -283,10 +317,11 @@ class MultiThreadMapData(_ParallelMapBase):
         return rank, answer
 
     def close(self) -> None:
-        """Stop and join the threads."""
+        """Stop and join the threads, then close the source ``ds``."""
         self._closed = True
         if self._finalizer is not None:
             self._finalizer()
+        super().close()
 
 
 #: tensorpack's older name.
@@ -332,6 +367,11 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
 
     A ``map_func`` that raises, or a worker that dies, makes iteration raise
     :class:`~inputpipe.utils.errors.WorkerError` with the worker's traceback, or its pid and signal.
+    For an exception, the error is also an instance of the exception's class where that class
+    allows it and is importable in this process, so ``except KeyError`` still works.
+
+    tensorpack's old style still works, with a ``DeprecationWarning``: ``nr_proc=``, and
+    ``buffer_size`` and ``strict`` passed by position after ``map_func``.
 
     Example::
 
@@ -344,11 +384,13 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
 
     _batch_size: Optional[int] = None
 
-    def __init__(self, ds: DataFlow, num_proc: int, map_func: Callable[[Any], Any], *, buffer_size: int = 200,
-                 strict: bool = False, ordered: bool = False, start_method: Optional[str] = None,
-                 shm_bytes: Optional[int] = None, map_timeout: Optional[float] = None):
-        super().__init__(ds, _check_positive(type(self).__name__, "num_proc", num_proc), buffer_size, strict, ordered,
-                         map_timeout)
+    def __init__(self, ds: DataFlow, num_proc: Optional[int] = None, map_func: Optional[Callable[[Any], Any]] = None,
+                 *old_positional: Any, buffer_size: int = _DEFAULT_BUFFER_SIZE, strict: bool = False,
+                 ordered: bool = False, start_method: Optional[str] = None, shm_bytes: Optional[int] = None,
+                 map_timeout: Optional[float] = None, **old_names: Any):
+        num_proc, map_func, buffer_size, strict = _old_style_arguments(
+            type(self).__name__, "num_proc", num_proc, map_func, old_positional, buffer_size, strict, old_names)
+        super().__init__(ds, num_proc, buffer_size, strict, ordered, map_timeout)
         self.map_func = map_func
         self._pool = WorkerPool(type(self).__name__, _serve_map, num_proc, (map_func, self._batch_size),
                                 start_method, shm_bytes)
@@ -366,9 +408,11 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         return self._pool.receive(timeout)
 
     def close(self) -> None:
-        """Stop the workers (within about a second) and free their pipes and shared memory."""
+        """Stop the workers (within about a second), free their pipes and shared memory, and
+        close the source ``ds``."""
         self._closed = True
         self._pool.close()
+        super().close()
 
 
 #: tensorpack's name: the same class.
@@ -394,9 +438,11 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
             ...
     """
 
-    def __init__(self, ds: DataFlow, num_proc: int, map_func: Callable[[Any], Any], batch_size: int,
-                 buffer_size: Optional[int] = None, **kwargs):
-        self._batch_size = _check_positive(type(self).__name__, "batch_size", batch_size)
+    def __init__(self, ds: DataFlow, num_proc: Optional[int] = None, map_func: Optional[Callable[[Any], Any]] = None,
+                 batch_size: Optional[int] = None, buffer_size: Optional[int] = None, **kwargs: Any):
+        name = type(self).__name__
+        num_proc = _check_positive(name, "num_proc", renamed_argument(name, kwargs, "nr_proc", "num_proc", num_proc, None))
+        self._batch_size = _check_positive(name, "batch_size", batch_size)
         if buffer_size is None:
             buffer_size = 3 * batch_size * num_proc
         batches_in_flight = max(1, buffer_size // batch_size)
@@ -412,3 +458,7 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
             if len(batch) == self._batch_size:
                 return batch
         raise StopIteration
+
+
+#: tensorpack's name: the same class.
+MultiProcessMapAndBatchDataZMQ = MultiProcessMapAndBatchData
