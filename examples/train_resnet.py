@@ -103,8 +103,10 @@ class RunConfig:
         if training:
             lines.append("logdir       {} (TensorBoard)".format(self.logdir))
         if self.compare:
+            reads_data = any(name != "dummy" for name in self.compare)
             lines.append("compare      {}: {} timed steps each{}{}".format(
-                ", ".join(self.compare), self.compare_steps, _extra_text(self.compare_extra_cost_ms),
+                ", ".join(self.compare), self.compare_steps,
+                _extra_text(self.compare_extra_cost_ms) if reads_data else "",
                 " (--no-compare skips it)" if training else ""))
         return lines
 

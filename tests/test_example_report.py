@@ -221,3 +221,30 @@ def test_each_run_gets_its_own_timestamped_logdir(tmp_path, monkeypatch):
     second = train_resnet.run_logdir(str(tmp_path / "logs"), "staging")  # the same second: a new folder
     assert second == str(tmp_path / "logs" / "20261124-071500-staging-2")
     assert train_resnet.run_logdir(str(tmp_path / "logs"), "feed") == str(tmp_path / "logs" / "20261124-071500-feed")
+
+
+@pytest.mark.parametrize("flags, reads_files, input_line, compare_line", [
+    ([], True, "input        staging (1 decode worker process)",
+     "compare      feed, queue, staging, dummy: 40 timed steps each, +1.5 ms per image (--extra-cost-ms) "
+     "(--no-compare skips it)"),
+    (["--input", "dummy", "--no-compare"], False, "input        dummy (constant zeros, no data work)", None),
+    (["--fake", "--input", "feed", "--no-compare"], False,
+     "input        feed (data work in the thread that reads the DataFlow)", None),
+    (["--compare", "dummy"], False, None, "compare      dummy: 40 timed steps each"),
+    (["--compare", "feed,staging", "--workers", "2", "--extra-cost-ms", "0.5"], True, None,
+     "compare      feed, staging: 40 timed steps each, +0.5 ms per image (--extra-cost-ms)"),
+])
+def test_config_lines_show_only_what_applies(tmp_path, flags, reads_files, input_line, compare_line):
+    import train_resnet
+
+    cfg = train_resnet.configure(train_resnet.parse_args(["--logdir", str(tmp_path)] + flags))
+    lines = cfg.lines("ResNet-14", training="--compare" not in flags)
+    assert cfg.reads_files == reads_files
+    assert any(line.startswith("corrupt ") for line in lines) == reads_files
+    assert [line for line in lines if line.startswith("input ")] == ([input_line] if input_line else [])
+    assert [line for line in lines if line.startswith("compare ")] == ([compare_line] if compare_line else [])
+    assert any(line.startswith("logdir ") for line in lines) == ("--compare" not in flags)
+    if "--workers" in flags:
+        assert (cfg.compare_workers, cfg.compare_extra_cost_ms) == (2, 0.5)
+    elif "--fake" not in flags:
+        assert (cfg.compare_workers, cfg.compare_extra_cost_ms) == (0, 1.5)
