@@ -88,11 +88,12 @@ def input_bound_verdict(wait_fraction: Optional[float], warn_fraction: float) ->
     return "yes: {}; add --workers, use --lmdb, or a lighter pipeline".format(waited)
 
 
-def rates_note(numbers: RunNumbers) -> str:
+def rates_note(numbers: RunNumbers, what: str = "rates over") -> str:
+    """Which steps the rates cover, e.g. "rates over the last 595 of 600 steps: 5 warm-up steps left out"."""
     if numbers.warmup_steps:
-        return "rates over the last {} of {} steps: {} warm-up steps left out".format(
-            numbers.timed_steps, numbers.steps, numbers.warmup_steps)
-    return "rates over all {} steps: the run is too short to leave out warm-up steps".format(numbers.steps)
+        return "{} the last {} of {} steps: {} warm-up steps left out".format(
+            what, numbers.timed_steps, numbers.steps, numbers.warmup_steps)
+    return "{} all {} steps: the run is too short to leave out warm-up steps".format(what, numbers.steps)
 
 
 def summary_table(numbers: RunNumbers, total_seconds: float, losses: Sequence[float], *,

@@ -161,7 +161,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.1, help="learning rate, momentum 0.9 (default: %(default)s)")
     p.add_argument("--logdir", metavar="DIR", default=os.path.join(tempfile.gettempdir(), "train_resnet_logs"),
                    help="TensorBoard summaries go to a new timestamped folder in DIR (default: %(default)s)")
-    p.add_argument("--seed", type=int, help="make the data pipeline reproducible")
+    p.add_argument("--seed", type=int,
+                   help="make the data pipeline reproducible (the comparison's runs always use one seed: 0 unless given)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     compare = p.add_argument_group("comparison of InputSources (default: after the training run)")
     compare.add_argument("--compare", nargs="?", const=DEFAULT_COMPARE, metavar="LIST",
@@ -349,7 +350,8 @@ def run(args: argparse.Namespace) -> int:
                         step + 1, float(np.mean(losses[-window:])), window), flush=True)
 
         result = train_run(args, cfg, images, cfg.input, workers=cfg.workers, extra_cost_ms=cfg.extra_cost_ms,
-                           steps=cfg.steps, logdir=cfg.logdir, on_step=report_loss, on_built=show_config)
+                           seed=args.seed, steps=cfg.steps, logdir=cfg.logdir, on_step=report_loss,
+                           on_built=show_config)
         print(summary_table(result.numbers, result.total_seconds, result.losses, warn_fraction=result.warn_fraction,
                             queue=result.queue, corrupt=result.corrupt), flush=True)
     if cfg.compare:
@@ -374,15 +376,15 @@ def compare_inputs(args: argparse.Namespace, cfg: RunConfig, images, show_config
         _ReportedByExample.comparing = True
         try:
             result = train_run(args, cfg, images, name, workers=cfg.compare_workers,
-                               extra_cost_ms=cfg.compare_extra_cost_ms, timed_steps=cfg.compare_steps,
-                               on_built=show_config)
+                               extra_cost_ms=cfg.compare_extra_cost_ms, seed=0 if args.seed is None else args.seed,
+                               timed_steps=cfg.compare_steps, on_built=show_config)
         finally:
             _ReportedByExample.comparing = False
         runs.append(result.numbers)
         print("compare {}/{}: {:8s} {:.1f} ms per step".format(i + 1, len(cfg.compare), name,
                                                              result.numbers.ms_per_step), flush=True)
     print("\ninputs compared: the same model, data, seed and steps, a fresh graph each; {}".format(
-        rates_note(runs[0]).replace("rates over", "each timed over")))
+        rates_note(runs[0], "each timed over")))
     if data_ms is not None:
         where = ("in the thread that reads the DataFlow" if not cfg.compare_workers else
                  "in {} worker process{}".format(cfg.compare_workers, "" if cfg.compare_workers == 1 else "es"))
@@ -396,15 +398,18 @@ def compare_inputs(args: argparse.Namespace, cfg: RunConfig, images, show_config
 
 
 def train_run(args: argparse.Namespace, cfg: RunConfig, images, input_name: str, *, workers: int,
-              extra_cost_ms: float, steps: Optional[int] = None, timed_steps: Optional[int] = None,
-              logdir: Optional[str] = None, on_step=None, on_built=None) -> RunResult:
+              extra_cost_ms: float, seed: Optional[int], steps: Optional[int] = None,
+              timed_steps: Optional[int] = None, logdir: Optional[str] = None, on_step=None,
+              on_built=None) -> RunResult:
     """One training run with ``input_name`` on a fresh graph: ``steps`` in all, or ``timed_steps``
-    after the source's warm-up steps. ``on_step(step, losses)`` after every step; ``on_built(model
-    name, parameter count)`` once the graph is built; TensorBoard summaries to ``logdir``."""
-    if args.seed is not None:
+    after the source's warm-up steps. ``seed`` (if not None) fixes the data pipeline's order and
+    crops; the graph's initial weights are seeded with it (or 0). ``on_step(step, losses)`` after
+    every step; ``on_built(model name, parameter count)`` once the graph is built; TensorBoard
+    summaries to ``logdir``."""
+    if seed is not None:
         from inputpipe.dataflow import seeding
 
-        seeding.set_global_seed(args.seed)
+        seeding.set_global_seed(seed)
     drop = DropCorrupt()
     producers, endpoint, df = None, None, None
     tmpdir = tempfile.mkdtemp(prefix="train_resnet-")
@@ -415,7 +420,7 @@ def train_run(args: argparse.Namespace, cfg: RunConfig, images, input_name: str,
             producers.start()  # fork before TensorFlow builds anything
         elif input_name != "dummy":
             df = build_dataflow(args, cfg, images, drop, workers, extra_cost_ms)
-        return _train(args, cfg, input_name, df, endpoint, producers, drop, steps, timed_steps, logdir,
+        return _train(args, cfg, input_name, df, endpoint, producers, drop, seed, steps, timed_steps, logdir,
                       on_step, on_built)
     finally:
         if producers is not None:
@@ -425,14 +430,14 @@ def train_run(args: argparse.Namespace, cfg: RunConfig, images, input_name: str,
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 
-def _train(args, cfg: RunConfig, input_name: str, df, endpoint, producers, drop: DropCorrupt, steps, timed_steps,
-           logdir, on_step, on_built) -> RunResult:
+def _train(args, cfg: RunConfig, input_name: str, df, endpoint, producers, drop: DropCorrupt, seed, steps,
+           timed_steps, logdir, on_step, on_built) -> RunResult:
     import tensorflow as tf
     from inputpipe.train import train
 
     graph = tf.Graph()
     with graph.as_default():
-        tf.compat.v1.set_random_seed(args.seed if args.seed is not None else 0)
+        tf.compat.v1.set_random_seed(seed if seed is not None else 0)
         source = make_input_source(input_name, cfg, df, endpoint)
         model, rate, model_name, params = build_graph(cfg, source)
     if on_built is not None:
