@@ -41,7 +41,9 @@ class Tower:
     steps (e.g. a stage op), ``stat_tensors`` to fetch with them (e.g. ``{"wait": seconds}``),
     an optional ``feed_fn`` giving the feed_dict of a consuming step, and, for a tower built for
     staging, an optional ``real`` bool tensor: False when the tensors are filler read after the
-    end of the data (see :meth:`InputSource._read_for_staging`).
+    end of the data (see :meth:`InputSource._read_for_staging`), with an optional string
+    ``problem`` tensor: non-empty when the element read was bad (then ``real`` is False and the
+    tensors are filler), saying why.
 
     Example::
 
@@ -50,7 +52,8 @@ class Tower:
 
     def __init__(self, tensors: List[tf.Tensor], consume_op: Any,
                  run_ops: Sequence[Any] = (), stat_tensors: Optional[Dict[str, tf.Tensor]] = None,
-                 feed_fn: Optional[Callable[[], Dict[Any, Any]]] = None, real: Optional[tf.Tensor] = None):
+                 feed_fn: Optional[Callable[[], Dict[Any, Any]]] = None, real: Optional[tf.Tensor] = None,
+                 problem: Optional[tf.Tensor] = None):
         self.tensors = tensors
         if consume_op is None:
             consume_op = []
@@ -59,6 +62,7 @@ class Tower:
         self.stat_tensors = dict(stat_tensors or {})
         self.feed_fn = feed_fn
         self.real = real
+        self.problem = problem
 
 
 def timed_input(make_outputs: Callable[[], Any]):
@@ -235,6 +239,22 @@ class InputSource:
         """Tensors fetched with every consuming step, e.g. ``{"queue_size": queue.size()}``."""
         return {}
 
+    def _feed_sample(self) -> Optional[Tuple[int, float, float, float]]:
+        """The feeding thread's cumulative ``(delivered, dataflow_cpu_s, dataflow_wall_s,
+        feed_cpu_s)`` (see :class:`~inputpipe.input_source.feeder.EnqueueThread`), or None for a
+        source without one. Read after every consuming step by the statistics."""
+        return None
+
+    def _datapoints_per_batch(self) -> int:
+        """DataFlow datapoints one tower takes per step (``BatchQueueInput``: ``batch_size``)."""
+        return 1
+
+    def _in_worker_advice(self) -> Optional[str]:
+        """The same source with its DataFlow run outside the training process (e.g.
+        ``"QueueInput(df, in_worker=True)"``), for the statistics' GIL warning; None when there
+        is no such setup or the DataFlow already runs elsewhere."""
+        return None
+
     def _claim_batch(self, timeout: float) -> Optional[bool]:
         """Reserve the next batch for a run of this source's producing op (used by wrappers that
         must not start a run whose producing op could fail at the end of the data, e.g.
@@ -336,6 +356,8 @@ class InputStepHook(tf.compat.v1.train.SessionRunHook):
 
     def begin(self) -> None:
         self._deps = FetchDependencies(self.source._graph)
+        self.source.stats.configure(advice=self.source._in_worker_advice())
+        self._per_batch = self.source._datapoints_per_batch()
         with self.source._graph.as_default():
             scalars = [s for s in InputStats.SCALARS if s != "queue_size" or s in self.source._source_stat_tensors()]
             self.source.stats.build_summaries(self.source.name, scalars)
@@ -365,20 +387,22 @@ class InputStepHook(tf.compat.v1.train.SessionRunHook):
                 waits.append(stat_tensors["wait"])
         fetches = list(source_stats.values()) + waits + run_ops
         # the time spent here (preparing feeds, waiting for a batch to be sure) is input wait
-        self._step = (start, time.perf_counter() - start, list(source_stats), len(waits))
+        self._step = (start, time.perf_counter() - start, list(source_stats), len(waits),
+                      len(consumed) * self._per_batch)
         return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds or None)
 
     def after_run(self, run_context, run_values) -> None:
         if self._step is None:
             return
-        start, python_wait, stat_names, wait_count = self._step
+        start, python_wait, stat_names, wait_count, datapoints = self._step
         self._step = None
         results = run_values.results
         self.source._step_done(results[len(stat_names) + wait_count:])
         source_stats = dict(zip(stat_names, results))
         waits = results[len(stat_names):len(stat_names) + wait_count]
         wait = python_wait + (max(waits) if waits else 0.0)
-        self.source.stats.record(wait, time.perf_counter() - start, source_stats.get("queue_size"))
+        self.source.stats.record(wait, time.perf_counter() - start, source_stats.get("queue_size"),
+                                 datapoints=datapoints, feed=self.source._feed_sample())
 
     def end(self, session) -> None:
         self.source.raise_if_failed()

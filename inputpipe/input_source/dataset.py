@@ -7,7 +7,7 @@ Example::
         source = TFDatasetInput(ds)
         source.setup(specs)
 """
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
@@ -39,9 +39,8 @@ def _needs_shape_check(declared: tf.TensorShape, required: tf.TensorShape) -> bo
     return any(want is not None and have is None for want, have in zip(required.as_list(), declared.as_list()))
 
 
-def _checked(tensor: tf.Tensor, spec: tf.TensorSpec, index: int, owner: str) -> tf.Tensor:
-    """``tensor`` after a run-time check that its shape fits ``spec`` (an error naming ``owner``,
-    the component, the expected and the actual shape), with the static shape set to ``spec``'s."""
+def _shape_fits(tensor: tf.Tensor, spec: tf.TensorSpec) -> Tuple[tf.Tensor, tf.Tensor]:
+    """``(fits, actual)``: whether ``tensor``'s run-time shape fits ``spec``, and that shape."""
     actual = tf.shape(tensor, out_type=tf.int64)
     rank = spec.shape.rank
     fits = tf.equal(tf.size(actual), rank)
@@ -50,14 +49,44 @@ def _checked(tensor: tf.Tensor, spec: tf.TensorSpec, index: int, owner: str) -> 
         padded = tf.concat([actual, tf.zeros([rank], tf.int64)], 0)    # safe to index if the rank is wrong
         dims = tf.gather(padded, [i for i, _ in known])
         fits = tf.logical_and(fits, tf.reduce_all(tf.equal(dims, tf.constant([d for _, d in known], tf.int64))))
+    return fits, actual
+
+
+def _mismatch_message(spec: tf.TensorSpec, index: int, owner: str) -> str:
     # no quotes around the name: TF's Assert prints strings with their quotes escaped
-    message = "{}: component {} (#{}): expected shape {} (dtype {}), got a value of shape".format(
+    return "{}: component {} (#{}): expected shape {} (dtype {}), got a value of shape".format(
         owner, spec.name, index, spec.shape, spec.dtype.name)
-    check = tf.debugging.Assert(fits, [message, actual], name="check_{}_shape".format(index))
+
+
+def _checked(tensor: tf.Tensor, spec: tf.TensorSpec, index: int, owner: str) -> tf.Tensor:
+    """``tensor`` after a run-time check that its shape fits ``spec`` (an error naming ``owner``,
+    the component, the expected and the actual shape), with the static shape set to ``spec``'s."""
+    fits, actual = _shape_fits(tensor, spec)
+    check = tf.debugging.Assert(fits, [_mismatch_message(spec, index, owner), actual],
+                                name="check_{}_shape".format(index))
     with tf.control_dependencies([check]):
         tensor = tf.identity(tensor)
     tensor.set_shape(spec.shape)
     return tensor
+
+
+def _flag_mismatch(parts: List[tf.Tensor], specs: List[tf.TensorSpec], unchecked: Sequence[int],
+                   owner: str) -> Tuple[List[tf.Tensor], tf.Tensor, tf.Tensor]:
+    """For staged reads, which must not fail one step early: ``(parts, ok, problem)`` where a
+    component of the wrong shape makes ``ok`` False, ``problem`` the error message (empty when
+    ``ok``) and every part filler of the signature's shape."""
+    ok, problem = tf.constant(True), tf.constant("")
+    for i in reversed(list(unchecked)):          # the message names the first bad component
+        fits, actual = _shape_fits(parts[i], specs[i])
+        text = tf.strings.join([_mismatch_message(specs[i], i, owner), tf.strings.format("{}", actual)], " ")
+        problem = tf.where(fits, problem, text)
+        ok = tf.logical_and(ok, fits)
+    kept = []
+    for part, spec in zip(parts, specs):
+        part = tf.cond(ok, lambda part=part: part, lambda spec=spec: _filler(spec))
+        part.set_shape(spec.shape)
+        kept.append(part)
+    return kept, ok, problem
 
 
 class TFDatasetInput(FeedfreeInput):
@@ -170,12 +199,27 @@ class TFDatasetInput(FeedfreeInput):
         with on_host():      # iterators, dataset ops and their checks have no GPU kernels
             return self._new_iterator(flagged)
 
+    def _flagged_reads(self) -> tf.data.Dataset:
+        """``(element, real, problem)`` triples: the dataset's elements (``real`` True), a bad
+        one replaced by filler with ``real`` False and ``problem`` its error message, then
+        endless ``(filler, False, "")``. Nothing here fails: the consuming step raises."""
+        specs, names, unchecked, owner = self._specs, self._element_names, self._unchecked, self.name
+
+        def flag(*element):
+            element = element[0] if len(element) == 1 else element
+            parts = [element[n] for n in names] if names is not None else tf.nest.flatten(element)
+            if not unchecked:
+                return element, tf.constant(True), tf.constant("")
+            parts, ok, problem = _flag_mismatch(parts, specs, unchecked, owner)
+            packed = dict(zip(names, parts)) if names is not None else tf.nest.pack_sequence_as(element, parts)
+            return packed, ok, problem
+
+        real = self._dataset.map(flag)
+        filler = tf.nest.map_structure(_filler, real.element_spec[0])
+        return real.concatenate(tf.data.Dataset.from_tensors((filler, False, "")).repeat())
+
     def _new_iterator(self, flagged: bool) -> Any:
-        dataset = self._with_shape_checks(self._dataset)
-        if flagged:
-            filler = tf.nest.map_structure(_filler, dataset.element_spec)
-            real = dataset.map(lambda *element: (element[0] if len(element) == 1 else element, True))
-            dataset = real.concatenate(tf.data.Dataset.from_tensors((filler, False)).repeat())
+        dataset = self._flagged_reads() if flagged else self._with_shape_checks(self._dataset)
         self._iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
         self._iterator_flagged = flagged
         return self._iterator
@@ -184,14 +228,16 @@ class TFDatasetInput(FeedfreeInput):
         flagged = self._staged_reads
         iterator = self._make_iterator(flagged)
         read, wait = timed_input(lambda: iterator.get_next(name="get_next"))
-        element, real = read if flagged else (read, None)
+        element, real, problem = read if flagged else (read, None, None)
+        if problem is not None and not self._unchecked:
+            problem = None                   # never set: not worth a fetch per step
         if self._element_names is not None:
             outputs = [element[n] for n in self._element_names]
         else:
             outputs = tf.nest.flatten(element)
         for tensor, spec in zip(outputs, self._specs):
             tensor.set_shape(spec.shape)
-        return Tower(outputs, consume_op=outputs[0].op, stat_tensors={"wait": wait}, real=real)
+        return Tower(outputs, consume_op=outputs[0].op, stat_tensors={"wait": wait}, real=real, problem=problem)
 
     def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
         self._session = session

@@ -158,6 +158,16 @@ class QueueInput(FeedfreeInput):
         """Datapoints one dequeue takes while the queue is open."""
         return 1
 
+    def _datapoints_per_batch(self) -> int:
+        return self._claim_unit()
+
+    def _feed_sample(self) -> Optional[Tuple[int, float, float, float]]:
+        thread = self._thread
+        return None if thread is None else thread.sample()
+
+    def _in_worker_advice(self) -> Optional[str]:
+        return None if self.in_worker else "{}(df, in_worker=True)".format(self.name)
+
     def _claim_batch(self, timeout: float) -> Optional[bool]:
         """Count the datapoints the feeding thread enqueued against those already claimed, so a
         claimed dequeue never meets the closed end of the queue. With ``infinite=True`` a
@@ -298,6 +308,9 @@ class BatchQueueInput(QueueInput):
 
     def _claim_unit(self) -> int:
         return self.batch_size
+
+    def _in_worker_advice(self) -> Optional[str]:
+        return None if self.in_worker else "BatchQueueInput(df, batch_size={}, in_worker=True)".format(self.batch_size)
 
     def _dequeue(self) -> List[tf.Tensor]:
         if self.infinite:

@@ -1,7 +1,9 @@
 """StagingInput: keep ``nr_stage`` batches ready in ``StagingArea``\\ s on the training device.
 
-Each tower gets its own ``StagingArea`` on ``device`` (default: the device scope active when
-``get_input_tensors()`` is called). The hook prefills ``nr_stage`` batches when the session
+Each tower gets its own ``StagingArea`` on ``device``. By default (``device=None``) that is the
+device scope active when ``get_input_tensors()`` is called (so per-tower
+``with tf.device("/gpu:i"):`` placement works), and, when that scope is empty, the first GPU
+if TensorFlow sees one, else the CPU (:func:`default_staging_device`). The hook prefills ``nr_stage`` batches when the session
 starts, then adds one stage op to every step that consumes the tower's tensors, so the copy of
 the next batch to the device overlaps the current step. The number of staged batches therefore
 stays ``nr_stage`` (any value >= 1), and a step that fetches nothing depending on the inputs
@@ -34,7 +36,24 @@ from ..utils.concurrency import POLL_INTERVAL
 from .base import FeedfreeInput, InputSource, InputSourceHook, Tower
 from .errors import InputSourceError
 
-__all__ = ["StagingInput"]
+__all__ = ["StagingInput", "default_staging_device"]
+
+
+def default_staging_device() -> str:
+    """Where :class:`StagingInput` stages when neither its ``device`` nor the caller's device
+    scope says: ``"/gpu:0"`` when TensorFlow sees a GPU, else ``"/cpu:0"``.
+
+    Example::
+
+        assert default_staging_device() in ("/gpu:0", "/cpu:0")
+    """
+    return "/gpu:0" if tf.config.list_physical_devices("GPU") else "/cpu:0"
+
+
+def _caller_scope_is_empty() -> bool:
+    """True when ops made here get no device from the caller's ``tf.device`` scopes (probed with
+    a ``NoOp`` that nothing runs)."""
+    return tf.no_op(name="device_probe").device == ""
 
 
 class StagingInput(FeedfreeInput):
@@ -78,11 +97,13 @@ class StagingInput(FeedfreeInput):
         self._device = device
         self._areas: List[data_flow_ops.StagingArea] = []
         self._area_sizes: List[tf.Tensor] = []
-        self._sizes_after: List[Tuple[tf.Tensor, tf.Tensor]] = []   # per tower: after unstage, after both
+        # per tower: a consuming step's fetches with a restage (the size after it first), without one
+        self._step_ops: List[Tuple[List[Any], List[Any]]] = []
         self._session: Optional[tf.compat.v1.Session] = None
         self._staged: List[int] = []                  # real batches staged per tower (Python's count)
         self._fillers: List[int] = []                 # filler elements staged per tower after the end
         self._real_at: List[Optional[int]] = []       # per tower: index of Tower.real in its run_ops
+        self._problem_at: List[bool] = []             # per tower: Tower.problem follows Tower.real
         self._ended = False                           # a filler came: the wrapped source has ended
         # (tower, restaged?, index of its `real` value in the step's run results) of the running step
         self._planned: List[Tuple[int, bool, Optional[int]]] = []
@@ -116,10 +137,23 @@ class StagingInput(FeedfreeInput):
     def _source_stat_tensors(self) -> Dict[str, tf.Tensor]:
         return self._input._source_stat_tensors()
 
+    def _feed_sample(self) -> Optional[Tuple[int, float, float, float]]:
+        return self._input._feed_sample()
+
+    def _datapoints_per_batch(self) -> int:
+        return self._input._datapoints_per_batch()
+
+    def _in_worker_advice(self) -> Optional[str]:
+        inner = self._input._in_worker_advice()
+        return None if inner is None else "StagingInput({})".format(inner)
+
     def _build_tower(self) -> Tower:
         inner_tensors = self._input.get_input_tensors()
         inner = self._input._last_tower()
-        scope = tf.device(self._device) if self._device is not None else contextlib.nullcontext()
+        device = self._device
+        if device is None and _caller_scope_is_empty():
+            device = default_staging_device()
+        scope = tf.device(device) if device is not None else contextlib.nullcontext()
         with scope:
             area = data_flow_ops.StagingArea([t.dtype for t in inner_tensors],
                                              shapes=[t.shape for t in inner_tensors])
@@ -130,10 +164,15 @@ class StagingInput(FeedfreeInput):
                 after_unstage = area.size(name="staged_after_unstage")
             with tf.control_dependencies(outputs + [stage_op]):
                 after_restage = area.size(name="staged_after_restage")
-            self._sizes_after.append((after_unstage, after_restage))
         self._areas.append(area)
         real = [] if inner.real is None else [inner.real]
+        if real and inner.problem is not None:
+            real.append(inner.problem)                # read right after `real`
         self._real_at.append(1 if real else None)
+        self._problem_at.append(inner.problem is not None and bool(real))
+        # what a consuming step fetches, made once: the size read after the restage runs the
+        # stage op too (control dependency), so the op itself is not fetched
+        self._step_ops.append(([after_restage] + real + inner.run_ops, [after_unstage]))
         return Tower(outputs, consume_op=outputs[0].op, run_ops=[stage_op] + real + inner.run_ops,
                      stat_tensors=inner.stat_tensors, feed_fn=inner.feed_fn)
 
@@ -190,12 +229,16 @@ class StagingInput(FeedfreeInput):
         self._staged = [max(int(n) - fillers, 0) for n, fillers in zip(sizes, self._fillers)]
 
     def _count_restage(self, tower: int, run_results: List[Any], real_at: Optional[int]) -> None:
-        """Count the batch a run of ``tower``'s stage op staged: a real one, or filler (the end)."""
+        """Count the batch a run of ``tower``'s stage op staged: a real one, or filler (the end,
+        or a bad element: its problem becomes the failure the step that would take it raises)."""
         if real_at is None or bool(run_results[real_at]):
             self._staged[tower] += 1
-        else:
-            self._fillers[tower] += 1
-            self._ended = True
+            return
+        self._fillers[tower] += 1
+        self._ended = True
+        problem = run_results[real_at + 1] if self._problem_at[tower] else b""
+        if problem:
+            self._set_failure(InputSourceError(problem.decode("utf-8", "replace")))
 
     def _step_plan(self, indices: List[int]) -> List[Tuple[List[Any], Dict[str, tf.Tensor], Any]]:
         """Unstage in every consuming tower; restage where the wrapped source claimed a batch.
@@ -215,17 +258,15 @@ class StagingInput(FeedfreeInput):
         offset = 0                              # where this tower's run_ops start in the step's results
         for i in indices:
             tower = self._towers[i]
-            after_unstage, after_restage = self._sizes_after[i]
             restage = self._claim()
             real_at = None if self._real_at[i] is None else offset + self._real_at[i]
+            with_restage, without = self._step_ops[i]
             if restage:
-                ops = tower.run_ops + [after_restage]
-                plans.append((ops, tower.stat_tensors, tower.feed_fn))
+                plans.append((with_restage, tower.stat_tensors, tower.feed_fn))
             else:
-                ops = [after_unstage]
-                plans.append((ops, {}, None))
-            self._planned.append((i, restage, real_at, offset + len(ops) - 1))
-            offset += len(ops)
+                plans.append((without, {}, None))
+            self._planned.append((i, restage, real_at, offset))      # the size is the first fetch
+            offset += len(with_restage if restage else without)
         return plans
 
     def _step_done(self, run_results: List[Any]) -> None:

@@ -16,7 +16,7 @@ import collections
 import functools
 import threading
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -27,6 +27,67 @@ from .placement import on_host
 __all__ = ["InputStats"]
 
 logger = get_logger(__name__)
+
+#: The feeding thread's cumulative (delivered, dataflow_cpu_s, dataflow_wall_s, feed_cpu_s).
+FeedSample = Tuple[int, float, float, float]
+
+
+class _Record(NamedTuple):
+    wait: float
+    step_time: float
+    queue_size: Optional[float]
+    datapoints: int
+    feed: Optional[FeedSample]
+
+
+def _ms(seconds: Optional[float]) -> Optional[float]:
+    return None if seconds is None else 1e3 * seconds
+
+
+class _Limit:
+    """Rates over some steps: ``steps`` counted, their ``wait`` and ``step_time`` (s), the
+    ``consumed`` datapoints, and the feeding thread's counters before (``first``) and after
+    (``last``) them."""
+
+    def __init__(self, steps: int, wait: float, step_time: float, consumed: int,
+                 first: Optional[FeedSample], last: Optional[FeedSample]):
+        self.steps, self.wait, self.step_time, self.consumed = steps, wait, step_time, consumed
+        self.feed = None if first is None or last is None else [b - a for a, b in zip(first, last)]
+
+    @property
+    def delivered_per_s(self) -> Optional[float]:
+        if self.feed is None or self.feed[2] <= 0 or self.feed[0] <= 0:
+            return None
+        return self.feed[0] / self.feed[2]
+
+    @property
+    def consumed_per_s(self) -> Optional[float]:
+        busy = self.step_time - self.wait
+        return self.consumed / busy if self.consumed and busy > 0 else None
+
+    @property
+    def dataflow_cpu_per_step(self) -> Optional[float]:
+        return None if self.feed is None or self.steps <= 0 else self.feed[1] / self.steps
+
+    @property
+    def feed_cpu_per_step(self) -> Optional[float]:
+        return None if self.feed is None or self.steps <= 0 else self.feed[3] / self.steps
+
+    def describe(self, warn_fraction: float = 0.0) -> str:
+        fraction = self.wait / self.step_time if self.step_time > 0 else 0.0
+        verdict = "input-bound" if fraction >= warn_fraction and fraction > 0 else "not input-bound"
+        line = "{}: {:.0f}% of step time waiting".format(verdict, 100.0 * fraction)
+        delivered, consumed = self.delivered_per_s, self.consumed_per_s
+        if delivered is not None and consumed is not None:
+            line += "; the DataFlow delivers {} datapoints/s, the step consumes {}/s".format(
+                _rate(delivered), _rate(consumed))
+        elif consumed is not None:
+            line += "; the step consumes {} datapoints/s".format(_rate(consumed))
+        return line
+
+
+def _rate(value: float) -> str:
+    return "{:,.0f}".format(value) if value >= 10 else "{:.2g}".format(value)
 
 
 class InputStats:
@@ -47,8 +108,10 @@ class InputStats:
     SCALARS = ("wait_ms", "queue_size")
 
     def __init__(self, owner: str, window: int = 50, warn_fraction: float = 0.2,
-                 warn_interval: float = 60.0, warmup_steps: int = 5):
+                 warn_interval: float = 60.0, warmup_steps: int = 5, gil_warn_fraction: float = 0.25):
         self.owner = owner
+        self.gil_warn_fraction = gil_warn_fraction
+        self.advice: Optional[str] = None
         self.window = window
         self.warn_fraction = warn_fraction
         self.warn_interval = warn_interval
@@ -66,59 +129,94 @@ class InputStats:
             self.queue_size_sum = 0.0
             self.queue_size_steps = 0
             self.empty_steps = 0
+            self.consumed = 0                 # datapoints the counted steps took
             self.last: Dict[str, float] = {}
-            self.history = collections.deque(maxlen=self.window)
+            self.history: Deque[_Record] = collections.deque(maxlen=self.window)
             self._history_wait = 0.0          # sums over ``history``, kept up to date as it slides
             self._history_time = 0.0
+            self._history_consumed = 0
+            self._feed_first: Optional[FeedSample] = None     # feeding thread's counters after warm-up
+            self._feed_last: Optional[FeedSample] = None
             self._last_warning = -float("inf")
 
-    def record(self, wait: float, step_time: float, queue_size: Optional[float] = None) -> None:
-        """Record one consuming step: ``wait`` and ``step_time`` in seconds."""
+    def configure(self, advice: Optional[str] = None) -> None:
+        """``advice``: the setup that runs the DataFlow outside the training process (e.g.
+        ``"QueueInput(df, in_worker=True)"``), named when the DataFlow's work in the training
+        process competes with the train step for the GIL; None when it already runs elsewhere."""
+        self.advice = advice
+
+    def record(self, wait: float, step_time: float, queue_size: Optional[float] = None, *,
+               datapoints: int = 0, feed: Optional[FeedSample] = None) -> None:
+        """Record one consuming step: ``wait`` and ``step_time`` in seconds, the ``datapoints``
+        it took, and ``feed``, the feeding thread's cumulative counters after it
+        (``(delivered, dataflow_cpu_s, dataflow_wall_s, feed_cpu_s)``, see ``EnqueueThread``)."""
         wait, step_time = float(wait), float(step_time)           # plain Python numbers, not numpy scalars
         queue_size = None if queue_size is None else float(queue_size)
         with self._lock:
             self.steps += 1
+            self.last = {"wait_ms": wait * 1e3, "step_ms": step_time * 1e3}
+            if queue_size is not None:
+                self.last["queue_size"] = queue_size
             if self.steps <= self.warmup_steps:
                 # the first steps include graph warm-up and queue filling: keep them out of totals
-                self.last = {"wait_ms": wait * 1e3, "step_ms": step_time * 1e3}
-                if queue_size is not None:
-                    self.last["queue_size"] = float(queue_size)
+                self._feed_first = feed
                 return
             self.total_wait += wait
             self.total_step_time += step_time
-            self.last = {"wait_ms": wait * 1e3, "step_ms": step_time * 1e3}
+            self.consumed += datapoints
+            self._feed_last = feed
+            if self._feed_first is None:
+                self._feed_first = feed
             if queue_size is not None:
-                self.last["queue_size"] = float(queue_size)
                 self.queue_size_sum += queue_size
                 self.queue_size_steps += 1
                 self.empty_steps += int(queue_size == 0)
             if len(self.history) == self.history.maxlen:
-                dropped_wait, dropped_time, _ = self.history[0]
-                self._history_wait -= dropped_wait
-                self._history_time -= dropped_time
-            self.history.append((wait, step_time, queue_size))
+                dropped = self.history[0]
+                self._history_wait -= dropped.wait
+                self._history_time -= dropped.step_time
+                self._history_consumed -= dropped.datapoints
+            self.history.append(_Record(wait, step_time, queue_size, datapoints, feed))
             self._history_wait += wait
             self._history_time += step_time
+            self._history_consumed += datapoints
             self._maybe_warn()
 
     def _maybe_warn(self) -> None:
         if len(self.history) < min(self.window, 20):
             return
-        waited, spent = self._history_wait, self._history_time
-        if spent <= 0 or waited / spent < self.warn_fraction:
-            return
         now = time.monotonic()
         if now - self._last_warning < self.warn_interval:
             return
+        steps, waited, spent = len(self.history), self._history_wait, self._history_time
+        first, last = self.history[0].feed, self.history[-1].feed
+        limit = _Limit(steps - 1 if first is not None else steps, waited, spent, self._history_consumed,
+                       first, last)
+        input_bound = spent > 0 and waited / spent >= self.warn_fraction
+        gil = self._gil_advice(limit)
+        if not input_bound and gil is None:
+            return
         self._last_warning = now
-        sizes = [h[2] for h in self.history if h[2] is not None]
+        if not input_bound:
+            logger.warning("%s: %s", self.owner, gil)
+            return
+        sizes = [h.queue_size for h in self.history if h.queue_size is not None]
         empty = "" if not sizes else ", the queue was empty at {:.0f}% of them".format(
             100.0 * sum(s == 0 for s in sizes) / len(sizes))
-        logger.warning(
-            "%s: training is input-bound: over the last %d steps the train step waited for input "
-            "%.0f%% of the time (%.1f ms per step%s). Make the DataFlow faster (e.g. run it in "
-            "parallel) or prefetch more.", self.owner, len(self.history), 100.0 * waited / spent,
-            1e3 * waited / len(self.history), empty)
+        advice = gil or "Make the DataFlow faster (e.g. run it in parallel) or prefetch more."
+        logger.warning("%s: training is %s (over the last %d steps, %.1f ms per step%s). %s", self.owner,
+                       limit.describe(), steps, 1e3 * waited / steps, empty, advice)
+
+    def _gil_advice(self, limit: "_Limit") -> Optional[str]:
+        """The GIL warning, when the DataFlow's CPU time in the training process is at least
+        ``gil_warn_fraction`` of the step time and an out-of-process setup exists."""
+        cpu = limit.dataflow_cpu_per_step
+        step = limit.step_time / limit.steps if limit.steps else 0.0
+        if self.advice is None or cpu is None or step <= 0 or cpu < self.gil_warn_fraction * step:
+            return None
+        return ("the DataFlow ran {:.0f} ms of Python per step in the training process (step {:.0f} ms), "
+                "competing with the train step for the GIL; run it in a worker process: {}".format(
+                    1e3 * cpu, 1e3 * step, self.advice))
 
     @property
     def stall_fraction(self) -> float:
@@ -129,17 +227,41 @@ class InputStats:
     def mean_queue_size(self) -> Optional[float]:
         return self.queue_size_sum / self.queue_size_steps if self.queue_size_steps else None
 
-    def summary(self) -> Dict[str, Optional[float]]:
-        """A dict of the totals (plain Python ``int``/``float``/None), e.g. for logging or a table."""
+    def _totals(self) -> "_Limit":
         counted = max(self.steps - self.warmup_steps, 0)
-        return {
-            "steps": self.steps,
-            "input_wait_s": self.total_wait,
-            "mean_wait_ms": 1e3 * self.total_wait / counted if counted else 0.0,
-            "stall_fraction": self.stall_fraction,
-            "mean_queue_size": self.mean_queue_size,
-            "empty_queue_fraction": self.empty_steps / self.queue_size_steps if self.queue_size_steps else None,
-        }
+        # the first counted step's feed sample is compared with the last warm-up step's
+        return _Limit(counted, self.total_wait, self.total_step_time, self.consumed, self._feed_first,
+                      self._feed_last)
+
+    def limit(self) -> str:
+        """One line naming the limit of the steps after warm-up, e.g. ``"input-bound: 34% of step
+        time waiting; the DataFlow delivers 410 datapoints/s, the step consumes 600/s"``."""
+        with self._lock:
+            return self._totals().describe(self.warn_fraction)
+
+    def summary(self) -> Dict[str, Any]:
+        """A dict of the totals after warm-up (plain Python ``int``/``float``/``str``/None), e.g.
+        for logging or a table. Besides the waits: ``delivered_per_s`` (datapoints per second
+        the DataFlow delivered to the feeding thread while it was asked for one),
+        ``consumed_per_s`` (datapoints per second the steps would take if they never waited),
+        ``dataflow_cpu_ms_per_step`` (CPU time the DataFlow took in the training process per
+        step) and ``feed_cpu_ms_per_step`` (the feeding thread's CPU time converting and
+        enqueueing); None where the source has no feeding thread. :meth:`limit` says it in words."""
+        with self._lock:
+            counted = max(self.steps - self.warmup_steps, 0)
+            totals = self._totals()
+            return {
+                "steps": self.steps,
+                "input_wait_s": self.total_wait,
+                "mean_wait_ms": 1e3 * self.total_wait / counted if counted else 0.0,
+                "stall_fraction": self.stall_fraction,
+                "mean_queue_size": self.mean_queue_size,
+                "empty_queue_fraction": self.empty_steps / self.queue_size_steps if self.queue_size_steps else None,
+                "delivered_per_s": totals.delivered_per_s,
+                "consumed_per_s": totals.consumed_per_s,
+                "dataflow_cpu_ms_per_step": _ms(totals.dataflow_cpu_per_step),
+                "feed_cpu_ms_per_step": _ms(totals.feed_cpu_per_step),
+            }
 
     # -- TensorBoard ----------------------------------------------------------------------------
     def latest(self, stat: str) -> float:
