@@ -8,10 +8,16 @@ overhead around each small operation) and partly releases it (numpy's inner loop
 of work per batch is fixed, calibrated once to D ms on an idle thread, so contention for the GIL
 or the cores shows up as a longer step instead of being hidden.
 
+Two workloads (``--workload``): ``numpy`` (the above) and ``python``: every batch costs D ms
+of pure-Python work (integer arithmetic in a loop) that holds the GIL the whole time, calibrated
+the same way. T is also measured as it runs: right before each repeat, the same step on a
+constant input with no data work ("T alone"); ratios use max(D alone, T alone).
+
 For D/T in {0.5, 1, 2} it measures the mean step time of FeedInput (the D + T baseline),
 QueueInput, StagingInput(QueueInput) and the peers ``tf.data.Dataset.from_generator`` +
-``prefetch`` and tensorpack 0.11's ``QueueInput`` (where it works; otherwise the reason is
-printed and recorded), ``--repeats`` times each. The machine may be shared, so each repeat
+``prefetch``, tensorpack 0.11's ``QueueInput`` (where it works; otherwise the reason is
+printed and recorded) and the recommended setup, the DataFlow in a worker process
+(``QueueInput(df, in_worker=True)``, alone and under StagingInput), ``--repeats`` times each. The machine may be shared, so each repeat
 also times the same batch of work alone in the main thread right before and after it ("D
 alone"); the main ratio is step / max(D alone, T). "D made" is the mean time a batch took in
 the thread that made it during the run (longer than D alone: contention for the GIL or the
@@ -19,7 +25,8 @@ cores); it is a mean like the step time, so a stall of the host counts in both. 
 made, T) is what the input path adds on top of the data work itself. All ratios are
 medians over the repeats (plus the best for the main one). Prints a table and writes benchmarks/results/overlap.json.
 
-    python benchmarks/bench_overlap.py [--t-ms 100] [--steps 30] [--repeats 3]
+    python benchmarks/bench_overlap.py [--t-ms 100] [--steps 30] [--repeats 3] [--workload python]
+    python benchmarks/bench_overlap.py --quick      # a smoke run: one ratio, few steps, one repeat
 """
 import argparse
 import json
@@ -60,16 +67,28 @@ def augment_batch(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.stack(out)
 
 
+def python_unit(images: np.ndarray, rng: np.random.Generator) -> int:
+    """One unit of pure-Python work: integer arithmetic in a loop, holding the GIL throughout."""
+    total = 0
+    for i in range(2000):
+        total = (total + i * 7) % 1000003
+    return total
+
+
+WORKLOADS = {"numpy": augment_batch, "python": python_unit}
+WORK = augment_batch          # the workload being measured (set by main())
+
+
 def calibrate_units(d_ms: float) -> int:
-    """How many ``augment_batch`` calls take ``d_ms`` on this (idle) thread: the fixed work per batch."""
+    """How many calls of the workload take ``d_ms`` on this (idle) thread: the fixed work per batch."""
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (IMAGES, SIDE, SIDE, 3), dtype=np.uint8)
-    augment_batch(images, rng)
+    WORK(images, rng)
     best = float("inf")
     for _ in range(5):
         start = time.perf_counter()
         for _ in range(10):
-            augment_batch(images, rng)
+            WORK(images, rng)
         best = min(best, (time.perf_counter() - start) / 10)
     return max(1, round(d_ms / 1e3 / best))
 
@@ -80,17 +99,18 @@ def data_work(units: int) -> float:
     images = rng.integers(0, 256, (IMAGES, SIDE, SIDE, 3), dtype=np.uint8)
     start = time.perf_counter()
     for _ in range(units):
-        augment_batch(images, rng)
+        WORK(images, rng)
     return time.perf_counter() - start
 
 
 class CostlyBatches(DataFlow):
-    """Endless batches, each made by ``units`` calls of :func:`augment_batch` (D ms on an idle
-    core); ``durations`` records how long each batch took where it was made."""
+    """Endless batches, each made by ``units`` calls of the workload (D ms on an idle core).
+    Each batch carries how long it took where it was made (element [0, 1], in seconds), so the
+    step can record it even when the batch was made in a worker process."""
 
-    def __init__(self, units: int):
+    def __init__(self, units: int, work=None):
         self.units = units
-        self.durations = []
+        self.work = work or WORK
 
     def __iter__(self):
         rng = np.random.default_rng(0)
@@ -99,17 +119,29 @@ class CostlyBatches(DataFlow):
         while True:
             start = time.perf_counter()
             for _ in range(self.units):
-                augment_batch(images, rng)
-            self.durations.append(time.perf_counter() - start)
-            yield [np.full((32, 64), i, np.float32)]
+                self.work(images, rng)
+            batch = np.full((32, 64), i, np.float32)
+            batch[0, 1] = time.perf_counter() - start
+            yield [batch]
             i += 1
 
 
-def accelerator_step(batch: tf.Tensor, step_ms: float) -> tf.Tensor:
+def accelerator_step(batch: tf.Tensor, step_ms: float, made: list) -> tf.Tensor:
+    """The simulated accelerator: sleeps ``step_ms`` (no CPU); notes each batch's making time."""
     def step(x):
+        made.append(float(x[0, 1]))
         time.sleep(step_ms / 1e3)
         return np.float32(x[0, 0])
     return tf.numpy_function(step, [batch], tf.float32, stateful=True)
+
+
+def step_alone(t_ms: float, warmup: int, steps: int) -> float:
+    """T as it runs now: mean seconds of the same step on a constant batch, no data work."""
+    graph = tf.Graph()
+    with graph.as_default():
+        fetch = accelerator_step(tf.zeros([32, 64], tf.float32), t_ms, [])
+    with tf.compat.v1.Session(graph=graph) as sess:
+        return time_steps(sess.run, fetch, warmup, steps, 0.0)
 
 
 def time_steps(run, fetch, warmup: int, steps: int, settle: float) -> float:
@@ -125,39 +157,39 @@ def time_steps(run, fetch, warmup: int, steps: int, settle: float) -> float:
 
 
 def measure_source(make_source, units, t_ms, warmup, steps, settle):
-    df = CostlyBatches(units)
-    source = make_source(df)
+    made = []
+    source = make_source(CostlyBatches(units))
     graph = tf.Graph()
     with graph.as_default():
         source.setup(SPECS)
         batch, = source.get_input_tensors()
-        fetch = accelerator_step(batch, t_ms)
+        fetch = accelerator_step(batch, t_ms, made)
     with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
-        return time_steps(run, fetch, warmup, steps, settle), statistics.mean(df.durations[warmup:])
+        return time_steps(run, fetch, warmup, steps, settle), statistics.mean(made[warmup:])
 
 
 def measure_tf_data(units, t_ms, warmup, steps, settle):
-    df = CostlyBatches(units)
+    made, df = [], CostlyBatches(units)
     graph = tf.Graph()
     with graph.as_default():
         ds = tf.data.Dataset.from_generator(
             lambda: (tuple(dp) for dp in df), output_signature=(tf.TensorSpec([32, 64], tf.float32),))
         iterator = tf.compat.v1.data.make_initializable_iterator(ds.prefetch(4))
         batch, = iterator.get_next()
-        fetch = accelerator_step(batch, t_ms)
+        fetch = accelerator_step(batch, t_ms, made)
     with tf.compat.v1.Session(graph=graph) as sess:
         sess.run(iterator.initializer)
-        return time_steps(sess.run, fetch, warmup, steps, settle), statistics.mean(df.durations[warmup:])
+        return time_steps(sess.run, fetch, warmup, steps, settle), statistics.mean(made[warmup:])
 
 
 def measure_tensorpack(units, t_ms, warmup, steps, settle):
-    df = CostlyBatches(units)
+    made = []
     graph = tf.Graph()
     with graph.as_default():
-        source, (batch,) = tensorpack_peer.tensorpack_queue_tensors(df, SPECS)
-        fetch = accelerator_step(batch, t_ms)
+        source, (batch,) = tensorpack_peer.tensorpack_queue_tensors(CostlyBatches(units), SPECS)
+        fetch = accelerator_step(batch, t_ms, made)
     with tf.compat.v1.Session(graph=graph) as sess, tensorpack_peer.run_tensorpack_queue(source, sess):
-        return time_steps(sess.run, fetch, warmup, steps, settle), statistics.mean(df.durations[warmup:])
+        return time_steps(sess.run, fetch, warmup, steps, settle), statistics.mean(made[warmup:])
 
 
 TENSORPACK = "tensorpack 0.11 QueueInput (peer)"
@@ -166,77 +198,101 @@ METHODS = [
     ("QueueInput", lambda *a: measure_source(QueueInput, *a)),
     ("StagingInput(QueueInput)", lambda *a: measure_source(
         lambda df: StagingInput(QueueInput(df), nr_stage=1, device="/cpu:0"), *a)),
+    ("QueueInput(df, in_worker=True) (recommended)", lambda *a: measure_source(
+        lambda df: QueueInput(df, in_worker=True), *a)),
+    ("StagingInput(QueueInput(df, in_worker=True))", lambda *a: measure_source(
+        lambda df: StagingInput(QueueInput(df, in_worker=True), nr_stage=1, device="/cpu:0"), *a)),
     ("tf.data from_generator+prefetch (peer)", measure_tf_data),
     (TENSORPACK, measure_tensorpack),
 ]
 
 
+def measure_method(name, measure, units, d_ms, t_ms, args, settle, workload):
+    """``args.repeats`` runs of one method; returns (table row, JSON record)."""
+    ratio = d_ms / t_ms
+    step_ms, d_now_ms, d_made_ms, t_now_ms = [], [], [], []
+    for _ in range(args.repeats):
+        t_now_ms.append(1e3 * step_alone(t_ms, args.warmup, args.steps))
+        before = data_work(units)
+        step, made = measure(units, t_ms, args.warmup, args.steps, settle)
+        d_now_ms.append(1e3 * (before + data_work(units)) / 2)
+        step_ms.append(1e3 * step)
+        d_made_ms.append(1e3 * made)
+    # this repeat's own D and T: the same work and the same step timed alone right around it
+    # ("alone"), and D as long as it took where the batches were made during the run ("made")
+    alone = [s_ / max(d_, t_) for s_, d_, t_ in zip(step_ms, d_now_ms, t_now_ms)]
+    made = [s_ / max(d_, t_) for s_, d_, t_ in zip(step_ms, d_made_ms, t_now_ms)]
+    record = {"workload": workload, "method": name, "D_ms": d_ms, "T_ms": t_ms, "work_units_per_batch": units,
+              "step_ms": step_ms, "D_alone_ms": d_now_ms, "D_where_made_ms": d_made_ms, "T_alone_ms": t_now_ms,
+              "ratio_to_max_D_alone": alone, "ratio_to_max_D_made": made,
+              "median_ratio_to_max_D_alone": statistics.median(alone), "best_ratio_to_max_D_alone": min(alone),
+              "median_ratio_to_max_D_made": statistics.median(made),
+              "nominal_ratio_to_max": statistics.median(step_ms) / max(d_ms, t_ms)}
+    row = [workload, ratio, name, "{:.1f}".format(statistics.median(step_ms)),
+           "{:.1f}".format(statistics.median(d_now_ms)), "{:.1f}".format(statistics.median(t_now_ms)),
+           "{:.1f}".format(statistics.median(d_made_ms)),
+           "{:.3f}".format(statistics.median(alone)), "{:.3f}".format(min(alone)),
+           "{:.3f}".format(statistics.median(made))]
+    print("{} D/T={} {:46s} step {} ms, D alone {} ms, T alone {} ms, D where made {} ms".format(
+        workload, ratio, name, *[" ".join("{:.0f}".format(v) for v in vs)
+                                 for vs in (step_ms, d_now_ms, t_now_ms, d_made_ms)]), flush=True)
+    return row, record
+
+
 def main() -> None:
+    global WORK
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--t-ms", type=float, default=100.0, help="simulated accelerator step T (ms)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workload", nargs="+", choices=sorted(WORKLOADS), default=["numpy", "python"])
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: D/T = 1 only, 4 steps after 2 warm-up, one repeat, T = 30 ms")
     args = parser.parse_args()
+    ratios = (0.5, 1.0, 2.0)
+    if args.quick:
+        args.steps, args.warmup, args.repeats, args.t_ms, ratios = 4, 2, 1, 30.0, (1.0,)
     tensorpack_missing = tensorpack_peer.unavailable_reason()
     if tensorpack_missing:
         print("{}: not measured: {}".format(TENSORPACK, tensorpack_missing), flush=True)
     rows, records = [], []
-    for ratio in (0.5, 1.0, 2.0):
-        d_ms, t_ms = ratio * args.t_ms, args.t_ms
-        units = calibrate_units(d_ms)
-        ideal = max(d_ms, t_ms)
-        # when data is faster than the step, give every source time to fill its buffer (QueueInput:
-        # 50 batches) before timing: while it fills, its thread competes with the step for the GIL
-        settle = QueueInput.default_capacity * d_ms / 1e3 if d_ms < t_ms else 0.0
-        for name, measure in METHODS:
-            if name == TENSORPACK and tensorpack_missing:
-                records.append({"method": name, "D_ms": d_ms, "T_ms": t_ms, "step_ms": None,
-                                "not_measured": tensorpack_missing})
-                rows.append([ratio, name] + ["n/a"] * 7)
-                continue
-            step_ms, d_now_ms, d_made_ms = [], [], []
-            for _ in range(args.repeats):
-                before = data_work(units)
-                step, made = measure(units, t_ms, args.warmup, args.steps, settle)
-                d_now_ms.append(1e3 * (before + data_work(units)) / 2)
-                step_ms.append(1e3 * step)
-                d_made_ms.append(1e3 * made)
-            # this repeat's own D: the same work timed alone right before and after it ("alone"), and
-            # as long as it took in the thread that made the batches during the run ("made")
-            alone = [s_ / max(d_, t_ms) for s_, d_ in zip(step_ms, d_now_ms)]
-            made = [s_ / max(d_, t_ms) for s_, d_ in zip(step_ms, d_made_ms)]
-            records.append({"method": name, "D_ms": d_ms, "T_ms": t_ms, "work_units_per_batch": units,
-                            "step_ms": step_ms, "D_alone_ms": d_now_ms, "D_where_made_ms": d_made_ms,
-                            "ratio_to_max_D_alone": alone, "ratio_to_max_D_made": made,
-                            "median_ratio_to_max_D_alone": statistics.median(alone),
-                            "best_ratio_to_max_D_alone": min(alone),
-                            "median_ratio_to_max_D_made": statistics.median(made),
-                            "nominal_ratio_to_max": statistics.median(step_ms) / ideal})
-            rows.append([ratio, name, "{:.1f}".format(statistics.median(step_ms)),
-                         "{:.1f}".format(statistics.median(d_now_ms)), "{:.1f}".format(statistics.median(d_made_ms)),
-                         "{:.3f}".format(statistics.median(alone)), "{:.3f}".format(min(alone)),
-                         "{:.3f}".format(statistics.median(made)),
-                         "{:.3f}".format(statistics.median(step_ms) / ideal)])
-            print("D/T={} {:40s} step {} ms, D alone {} ms, D where made {} ms".format(
-                ratio, name, *[" ".join("{:.0f}".format(v) for v in vs) for vs in (step_ms, d_now_ms, d_made_ms)]),
-                flush=True)
-    table = tabulate(rows, headers=["D/T", "method", "step ms", "D alone ms", "D made ms",
-                                    "step / max(D alone,T)", "best", "step / max(D made,T)",
-                                    "step / nominal max(D,T)"],
+    for workload in args.workload:
+        WORK = WORKLOADS[workload]
+        for ratio in ratios:
+            d_ms, t_ms = ratio * args.t_ms, args.t_ms
+            units = calibrate_units(d_ms)
+            # when data is faster than the step, give every source time to fill its buffer (QueueInput:
+            # 50 batches) before timing: while it fills, its thread competes with the step for the GIL
+            settle = QueueInput.default_capacity * d_ms / 1e3 if d_ms < t_ms and not args.quick else 0.0
+            for name, measure in METHODS:
+                if name == TENSORPACK and tensorpack_missing:
+                    records.append({"workload": workload, "method": name, "D_ms": d_ms, "T_ms": t_ms,
+                                    "step_ms": None, "not_measured": tensorpack_missing})
+                    rows.append([workload, ratio, name] + ["n/a"] * 7)
+                    continue
+                row, record = measure_method(name, measure, units, d_ms, t_ms, args, settle, workload)
+                rows.append(row)
+                records.append(record)
+    table = tabulate(rows, headers=["workload", "D/T", "method", "step ms", "D alone ms", "T alone ms",
+                                    "D made ms", "step / max(D alone,T alone)", "best",
+                                    "step / max(D made,T alone)"],
                      tablefmt="github")
     print(table)
     if tensorpack_missing:
         print("{}: not measured: {}".format(TENSORPACK, tensorpack_missing))
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as f:
+    results = RESULTS.replace(".json", "_quick.json") if args.quick else RESULTS    # a smoke run keeps the real one
+    os.makedirs(os.path.dirname(results), exist_ok=True)
+    with open(results, "w") as f:
         json.dump({"benchmark": "overlap", "machine": platform.platform(), "cpus": os.cpu_count(),
                    "tensorflow": tf.__version__, "numpy": np.__version__, "args": vars(args),
-                   "data_work": "per batch: a fixed number of augment_batch() calls (crop, flip, float32 cast, "
-                                "normalise, clip on 32 images of 96x96x3 uint8, then np.stack), calibrated "
-                                "to D ms on an idle thread; partly holds the GIL",
+                   "data_work": {"numpy": "per batch: a fixed number of augment_batch() calls (crop, flip, float32 "
+                                          "cast, normalise, clip on 32 images of 96x96x3 uint8, then np.stack), "
+                                          "calibrated to D ms on an idle thread; partly holds the GIL",
+                                 "python": "per batch: a fixed number of python_unit() calls (integer arithmetic "
+                                           "in a loop), calibrated to D ms on an idle thread; holds the GIL"},
                    "tensorpack_not_measured": tensorpack_missing, "results": records}, f, indent=2)
-    print("wrote", RESULTS)
+    print("wrote", results)
 
 
 if __name__ == "__main__":

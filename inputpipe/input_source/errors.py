@@ -40,7 +40,10 @@ _matching_lock = threading.Lock()
 
 def _matching_class(original: Type[BaseException]) -> Type[InputSourceError]:
     """A subclass of InputSourceError and ``original`` (cached), or InputSourceError itself when
-    ``original`` is not an ordinary ``Exception`` subclass or cannot be combined with it."""
+    ``original`` is not an ordinary ``Exception`` subclass. When ``original`` cannot be combined
+    with it (incompatible layouts, or an order of bases no class can keep, e.g. a
+    ``WorkerError[ValueError]``, a RuntimeError before ValueError), the nearest base class of
+    ``original`` that can is used (``WorkerError`` there; InputSourceError is a ValueError)."""
     if issubclass(InputSourceError, original) or issubclass(original, InputSourceError):
         return original if issubclass(original, InputSourceError) else InputSourceError
     if not issubclass(original, Exception) or issubclass(original, (StopIteration, StopAsyncIteration)):
@@ -48,16 +51,29 @@ def _matching_class(original: Type[BaseException]) -> Type[InputSourceError]:
     with _matching_lock:
         made = _matching_classes.get(original)
         if made is None:
-            try:
-                made = type("InputSourceError_" + original.__name__, (InputSourceError, original), {
-                    "__init__": InputSourceError.__init__,       # one message argument, whatever the original takes
-                    "__str__": InputSourceError.__str__,         # e.g. KeyError would print the repr
-                    "__module__": __name__,
-                })
-                made("probe")
-            except Exception:      # incompatible layouts (OSError, ...) or an odd metaclass / __new__
-                made = InputSourceError
+            made = InputSourceError
+            for candidate in original.__mro__:
+                if candidate is Exception or issubclass(InputSourceError, candidate):
+                    break
+                combined = _combine(candidate)
+                if combined is not None:
+                    made = combined
+                    break
             _matching_classes[original] = made
+    return made
+
+
+def _combine(original: Type[BaseException]) -> Optional[Type[InputSourceError]]:
+    """A subclass of InputSourceError and ``original``, or None when Python cannot make one."""
+    try:
+        made = type("InputSourceError_" + original.__name__, (InputSourceError, original), {
+            "__init__": InputSourceError.__init__,       # one message argument, whatever the original takes
+            "__str__": InputSourceError.__str__,         # e.g. KeyError would print the repr
+            "__module__": __name__,
+        })
+        made("probe")
+    except Exception:      # incompatible layouts (OSError, ...), no consistent MRO, an odd metaclass / __new__
+        return None
     return made
 
 

@@ -84,6 +84,8 @@ class QueueInput(FeedfreeInput):
         self._worker_feed = WorkerFeed(self.ds, self.name) if self.in_worker else None
         self._thread: Optional[EnqueueThread] = None
         self._claimed = 0            # datapoints reserved by _claim_batch() in this session
+        self._dequeued = 0           # datapoints the steps of this session took (without a wrapper)
+        self._planned_towers = 0     # towers the running step dequeues from
         self._session = None
         self._reset_done = False
 
@@ -161,6 +163,26 @@ class QueueInput(FeedfreeInput):
     def _datapoints_per_batch(self) -> int:
         return self._claim_unit()
 
+    def _raise_failure_before_step(self) -> None:
+        """After the DataFlow failed, the steps still take what was queued before the failure
+        (the feeding thread counts what it enqueued, the steps what they took); the step that
+        would find the queue empty raises the failure."""
+        if self._failure is None:
+            return
+        thread = self._thread
+        available = 0 if thread is None else thread.enqueued - self._dequeued
+        unit = self._claim_unit()
+        if available >= unit or (not self.infinite and available > 0):
+            return
+        self.raise_if_failed()
+
+    def _step_plan(self, indices: List[int]) -> List[Tuple[List[Any], Dict[str, tf.Tensor], Any]]:
+        self._planned_towers = len(indices)
+        return super()._step_plan(indices)
+
+    def _step_done(self, run_results: List[Any]) -> None:
+        self._dequeued += self._planned_towers * self._claim_unit()
+
     def _feed_sample(self) -> Optional[Tuple[int, float, float, float]]:
         thread = self._thread
         return None if thread is None else thread.sample()
@@ -224,6 +246,7 @@ class QueueInput(FeedfreeInput):
             self.reset_state()
         self._session = session
         self._claimed = 0
+        self._dequeued = 0
         self._thread = EnqueueThread(self.name, session, coord, self._datapoints, self._make_enqueue,
                                      self._close_op, self._cancel_op, self._set_failure)
         if coord is not None:

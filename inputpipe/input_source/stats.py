@@ -46,12 +46,13 @@ def _ms(seconds: Optional[float]) -> Optional[float]:
 
 class _Limit:
     """Rates over some steps: ``steps`` counted, their ``wait`` and ``step_time`` (s), the
-    ``consumed`` datapoints, and the feeding thread's counters before (``first``) and after
-    (``last``) them."""
+    ``consumed`` datapoints, and the feeding thread's counters ``first`` and ``last``, which are
+    ``feed_steps`` steps apart."""
 
     def __init__(self, steps: int, wait: float, step_time: float, consumed: int,
-                 first: Optional[FeedSample], last: Optional[FeedSample]):
+                 first: Optional[FeedSample], last: Optional[FeedSample], feed_steps: int):
         self.steps, self.wait, self.step_time, self.consumed = steps, wait, step_time, consumed
+        self.feed_steps = feed_steps
         self.feed = None if first is None or last is None else [b - a for a, b in zip(first, last)]
 
     @property
@@ -67,11 +68,11 @@ class _Limit:
 
     @property
     def dataflow_cpu_per_step(self) -> Optional[float]:
-        return None if self.feed is None or self.steps <= 0 else self.feed[1] / self.steps
+        return None if self.feed is None or self.feed_steps <= 0 else self.feed[1] / self.feed_steps
 
     @property
     def feed_cpu_per_step(self) -> Optional[float]:
-        return None if self.feed is None or self.steps <= 0 else self.feed[3] / self.steps
+        return None if self.feed is None or self.feed_steps <= 0 else self.feed[3] / self.feed_steps
 
     def describe(self, warn_fraction: float = 0.0) -> str:
         fraction = self.wait / self.step_time if self.step_time > 0 else 0.0
@@ -190,8 +191,7 @@ class InputStats:
             return
         steps, waited, spent = len(self.history), self._history_wait, self._history_time
         first, last = self.history[0].feed, self.history[-1].feed
-        limit = _Limit(steps - 1 if first is not None else steps, waited, spent, self._history_consumed,
-                       first, last)
+        limit = _Limit(steps, waited, spent, self._history_consumed, first, last, steps - 1)
         input_bound = spent > 0 and waited / spent >= self.warn_fraction
         gil = self._gil_advice(limit)
         if not input_bound and gil is None:
@@ -229,9 +229,10 @@ class InputStats:
 
     def _totals(self) -> "_Limit":
         counted = max(self.steps - self.warmup_steps, 0)
-        # the first counted step's feed sample is compared with the last warm-up step's
+        # the last counted step's feed sample against the last warm-up step's (or the first counted one's)
+        feed_steps = counted if self.warmup_steps else counted - 1
         return _Limit(counted, self.total_wait, self.total_step_time, self.consumed, self._feed_first,
-                      self._feed_last)
+                      self._feed_last, feed_steps)
 
     def limit(self) -> str:
         """One line naming the limit of the steps after warm-up, e.g. ``"input-bound: 34% of step
