@@ -16,7 +16,7 @@ import pytest
 from inputpipe.dataflow import (
     DataFlow, MultiProcessRunner, MultiProcessRunnerZMQ, MultiThreadRunner, PrefetchDataZMQ, RNGDataFlow, seeding,
 )
-from inputpipe.utils import channel
+from inputpipe.utils import _regions as region_allocator, channel
 from inputpipe.utils.errors import WorkerError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -200,8 +200,8 @@ def test_a_region_too_big_for_the_warm_gap_goes_to_the_lowest_gap_that_fits():
 
 
 def test_the_worker_waits_for_the_consumer_to_release_the_region_before_the_last(monkeypatch):
-    monkeypatch.setattr(channel, "_WARM_WAIT_MAX_SECONDS", 10.0)
-    monkeypatch.setattr(channel, "_WARM_WAIT_PER_BYTE", 1.0)
+    monkeypatch.setattr(region_allocator, "WARM_WAIT_MAX_SECONDS", 10.0)
+    monkeypatch.setattr(region_allocator, "WARM_WAIT_PER_BYTE", 1.0)
     states, regions, unit = _regions(8)
     a, _ = regions.allocate(unit), regions.allocate(unit)
     assert regions.held_before_last() is None              # a is sent, not yet received
@@ -224,7 +224,7 @@ def test_a_consumer_keeping_its_datapoints_makes_the_worker_stop_waiting_for_a_w
     assert not regions.wait_for_warm_region(unit)           # waits at most 1 ms, then gives up
     assert time.monotonic() - start < 0.5
     assert regions.allocate(unit)[1] == 2 * unit
-    for _ in range(channel._WARM_WAIT_BACKOFF):             # the next few allocations skip waiting
+    for _ in range(region_allocator.WARM_WAIT_BACKOFF):             # the next few allocations skip waiting
         assert not regions.wait_for_warm_region(unit)
     assert regions._warm_wait_skips == 0
 
