@@ -102,7 +102,8 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
             pickle ``ds``; an unpicklable one raises a ``TypeError`` that says what to change.
             Create the runner (call ``reset_state()``) before building a TF session when forking.
         shm_bytes: shared memory per worker for zero-copy transfer of large arrays
-            (default 96 MiB; 0 sends everything through a pipe).
+            (at most 96 MiB by default, taken as used; 0 sends everything through a pipe). When
+            ``/dev/shm`` is full, datapoints come through the pipe with one warning.
         max_prefetch_bytes: optionally, also bound the prefetched array bytes (split among the
             workers; a worker may exceed its share by one datapoint).
 

@@ -360,7 +360,8 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         strict: exactly the datapoints of one source epoch per epoch (see the module doc).
         ordered: yield in source order (a slow datapoint holds back the ones after it).
         start_method: ``"fork"`` (default on Linux), ``"forkserver"`` or ``"spawn"``.
-        shm_bytes: shared memory per worker for zero-copy results (default 96 MiB).
+        shm_bytes: shared memory per worker for zero-copy results (at most 96 MiB by default,
+            taken as used; when ``/dev/shm`` is full, results come through a pipe, one warning).
         map_timeout: optionally, seconds a worker may hold work without answering; past that,
             iteration raises a :class:`~inputpipe.utils.errors.WorkerError` naming the worker
             (a ``map_func`` stuck on a hung file system or lock). ``close()`` then stops it.
