@@ -379,7 +379,7 @@ class WorkerPool:
         return error
 
     def close(self) -> None:
-        """Stop the workers, close the pipes, remove the shared-memory files."""
+        """Stop the workers, close the pipes and drop the shared memory (freed once no array uses it)."""
         if self._finalizer is not None:
             self._finalizer()
 
