@@ -58,7 +58,7 @@ def test_page_snippets_run(page, tmp_path):
             code.append("# --- block {} of {}\n{}".format(index + 1, page.name, block))
     script = tmp_path / "snippets.py"
     script.write_text("\n".join(code), encoding="utf-8")
-    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
+    env = dict(os.environ, PYTHONPATH=str(REPO), INPUTPIPE_REPO=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env, capture_output=True,
                           text=True, timeout=180)
     assert proc.returncode == 0, "{} failed:\n{}".format(page.relative_to(REPO), proc.stderr[-4000:])

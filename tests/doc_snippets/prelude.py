@@ -45,3 +45,27 @@ def build_model(image, label):
     logits = tf.matmul(features, weights)
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits))
     return tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+
+
+def _small_dataflow():
+    """``df``: 128 datapoints [float32 image 4x4x3, int label], the kind of flow the pages save and batch."""
+    from inputpipe.dataflow import DataFromList
+
+    return DataFromList([[np.full((4, 4, 3), i, np.float32), i % NUM_CLASSES] for i in range(128)], shuffle=False)
+
+
+df = _small_dataflow()
+
+# The examples' modules (pages import them as a reader in the repository would), and a file that
+# tensorpack's LMDBSerializer wrote, for the page on reading tensorpack's files.
+_REPO = os.environ.get("INPUTPIPE_REPO", "")
+if _REPO:
+    import shutil
+    import sys
+
+    sys.path.insert(0, os.path.join(_REPO, "examples"))
+    _TENSORPACK_FILES = os.path.join(_REPO, "tests", "data", "tensorpack_files")
+    if os.path.isdir(os.path.join(_TENSORPACK_FILES, "tp_pickle.lmdb")):
+        shutil.copytree(os.path.join(_TENSORPACK_FILES, "tp_pickle.lmdb"), "tensorpack_train.lmdb")
+    elif os.path.isfile(os.path.join(_TENSORPACK_FILES, "tp_pickle.lmdb")):
+        shutil.copy(os.path.join(_TENSORPACK_FILES, "tp_pickle.lmdb"), "tensorpack_train.lmdb")
