@@ -5,7 +5,7 @@ A DataFlow is an iterable of datapoints (a list/tuple of components, or a dict).
 """
 import functools
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -19,6 +19,10 @@ __all__ = [
     "DataFlowReentrantGuard",
     "DataFlowLengthUnknown",
     "get_length",
+    "NotResumableError",
+    "StateMismatchError",
+    "is_resumable",
+    "check_state",
 ]
 
 
@@ -36,6 +40,96 @@ class DataFlowTerminated(BaseException):
                     raise DataFlowTerminated()
                 yield self._next()
     """
+
+
+class NotResumableError(TypeError):
+    """Raised by ``get_state()``/``set_state()`` of a DataFlow that cannot save and restore its
+    position (see ``docs/resuming.md``); the message names the flow and what to use instead.
+
+    Example::
+
+        try:
+            state = df.get_state()
+        except NotResumableError as err:
+            state = None          # the data starts over after a restart
+    """
+
+
+class StateMismatchError(ValueError):
+    """Raised by ``set_state()`` when the state does not belong to this flow: another flow type,
+    another pipeline shape, missing or mistyped fields. The message names the flow, what it
+    expected and what came.
+
+    Example::
+
+        try:
+            df.set_state(saved)
+        except StateMismatchError as err:
+            print("checkpoint from another pipeline:", err)
+    """
+
+
+# What a state field may hold: one type or a tuple of them (``int`` never accepts a bool).
+FieldType = Union[type, Tuple[type, ...]]
+
+
+def _type_names(kind: FieldType) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+
+
+def _field_ok(value: Any, kind: FieldType) -> bool:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        return False
+    return isinstance(value, kinds)
+
+
+def check_state(flow: Any, state: Any, fields: Mapping[str, FieldType]) -> Dict[str, Any]:
+    """Validate a state given to ``flow.set_state()``: a dict whose ``"type"`` is the flow's class
+    name and which has every field of ``fields`` (name -> type) with a value of that type.
+
+    Returns the state; raises :class:`StateMismatchError` naming the flow, the expected fields and
+    what came. Every library flow checks its state with this one function.
+
+    Example::
+
+        def set_state(self, state):
+            state = check_state(self, state, {"epoch": int, "position": int})
+            self._epoch, self._position = state["epoch"], state["position"]
+    """
+    name = type(flow).__name__
+    expected = ", ".join("{} ({})".format(key, _type_names(kind)) for key, kind in fields.items())
+    if not isinstance(state, Mapping):
+        raise StateMismatchError("{}.set_state: expected a state dict of {} with fields {}, got {}".format(
+            name, name, expected, type(state).__name__))
+    came = state.get("type")
+    if came != name:
+        raise StateMismatchError(
+            "{}.set_state: expected a state of {} (fields {}), got a state of {} (keys {}); was it saved "
+            "from a different pipeline?".format(name, name, expected, came, sorted(state)))
+    for key, kind in fields.items():
+        if key not in state:
+            raise StateMismatchError("{}.set_state: the state has no field {!r} (expected fields {}; "
+                                     "got keys {})".format(name, key, expected, sorted(state)))
+        if not _field_ok(state[key], kind):
+            raise StateMismatchError("{}.set_state: field {!r} must be {}, got {!r}".format(
+                name, key, _type_names(kind), state[key]))
+    return dict(state)
+
+
+def _default_not_resumable(cls: type) -> str:
+    return ("{} is not resumable: it does not implement get_state()/set_state(). Implement both (a "
+            "small dict with \"type\" and the position after the last datapoint it yielded, see "
+            "docs/resuming.md) or build the pipeline from library flows that are resumable (e.g. "
+            "DataFromList instead of a generator, MapData instead of a custom ProxyDataFlow)".format(
+                cls.__name__))
+
+
+def _not_resumable(flow: Any) -> "NotResumableError":
+    cls = type(flow)
+    reason = cls.__dict__.get("_not_resumable_reason") or _default_not_resumable(cls)
+    return NotResumableError(reason)
 
 
 class DataFlowLengthUnknown(NotImplementedError, TypeError):
@@ -166,6 +260,19 @@ class DataFlow:
         own_len = cls.__dict__.get("__len__")
         if own_len is not None and not getattr(own_len, "_inputpipe_length_protocol", False):
             cls.__len__ = _length_protocol(own_len)
+        # A subclass that changes what is yielded (its own __iter__) but keeps an inherited state
+        # would save a position that does not describe its output: it is not resumable until it
+        # implements get_state/set_state itself.
+        if "__iter__" in cls.__dict__ and "get_state" not in cls.__dict__ \
+                and cls.get_state is not DataFlow.get_state:
+            owner = next(c for c in cls.__mro__[1:] if "get_state" in c.__dict__)
+            cls._not_resumable_reason = (
+                "{} is not resumable: it overrides __iter__ of {} but not get_state()/set_state(), so "
+                "{}'s state would not describe what it yields; implement both (they may build on "
+                "super().get_state())".format(cls.__name__, owner.__name__, owner.__name__))
+            cls.get_state = DataFlow.get_state  # type: ignore[method-assign]
+            cls.set_state = DataFlow.set_state  # type: ignore[method-assign]
+            cls.check_resumable = DataFlow.check_resumable  # type: ignore[method-assign]
 
     def __iter__(self) -> Iterator[Any]:
         raise NotImplementedError("{} does not implement __iter__".format(type(self).__name__))
@@ -181,6 +288,36 @@ class DataFlow:
 
         A no-op here; parallel flows stop their workers, wrappers forward it to what they wrap.
         Closing the outermost flow of a pipeline closes the whole chain."""
+
+    def get_state(self) -> Dict[str, Any]:
+        """A small JSON-serialisable dict: the position after the last datapoint this flow yielded
+        (epoch, position, seeds and the states of its inputs; never data).
+
+        Call it between datapoints from the iterating thread, or when no iteration runs. This
+        default raises :class:`NotResumableError`; resumable flows override it (and
+        :meth:`set_state`)."""
+        raise _not_resumable(self)
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Continue from ``state`` (from :meth:`get_state` of an equal flow): call it after
+        ``reset_state()`` and before iterating. Raises :class:`StateMismatchError` for a state of
+        another flow, :class:`NotResumableError` here (the default)."""
+        raise _not_resumable(self)
+
+    def check_resumable(self) -> None:
+        """Raise :class:`NotResumableError` (saying why) unless this flow and every flow it reads
+        from can save and restore their state; see :func:`is_resumable`."""
+        if type(self).get_state is DataFlow.get_state:
+            raise _not_resumable(self)
+        for df in self._state_inputs():
+            if not isinstance(df, DataFlow):
+                raise NotResumableError("{} is not resumable: its input is a {}, not a DataFlow".format(
+                    type(self).__name__, type(df).__name__))
+            df.check_resumable()
+
+    def _state_inputs(self) -> List["DataFlow"]:
+        """The flows whose states this flow's state holds (none for a source)."""
+        return []
 
     # tensorpack's pre-0.9 names, kept so old user code keeps running.
     def get_data(self) -> Iterator[Any]:
@@ -206,9 +343,13 @@ class RNGDataFlow(DataFlow):
     """
 
     rng = None
+    #: One seed per flow drawn from ``self.rng`` at ``reset_state()``; resumable flows derive each
+    #: epoch's random stream from (base_seed, epoch) and save it in their state.
+    base_seed: Optional[int] = None
 
     def reset_state(self) -> None:
         self.rng = new_rng(self)
+        self.base_seed = int(self.rng.randint(0, 2 ** 32, dtype=np.int64))
 
 
 def require_rng(flow: RNGDataFlow) -> np.random.RandomState:
@@ -248,3 +389,29 @@ class ProxyDataFlow(DataFlow):
         close = getattr(self.ds, "close", None)
         if callable(close):
             close()
+
+    # get_state/set_state are NOT forwarded: a proxy may yield a different number of datapoints
+    # than it reads. Library proxies that know their mapping implement them.
+    def _state_inputs(self) -> List[DataFlow]:
+        return [self.ds]
+
+
+def is_resumable(df: Any) -> bool:
+    """Whether ``df`` and every flow it reads from implement ``get_state()``/``set_state()``.
+
+    It inspects the classes (and the flows each one names as its inputs) without iterating;
+    ``df.check_resumable()`` raises :class:`NotResumableError` with the reason instead.
+
+    Example::
+
+        if not is_resumable(df):
+            logger.warning("the data will start over after a restart")
+    """
+    check = getattr(df, "check_resumable", None)
+    if check is None:
+        return False
+    try:
+        check()
+    except NotResumableError:
+        return False
+    return True

@@ -15,6 +15,6 @@ Example::
     seeding.set_global_seed(1234)
     df.reset_state()          # same datapoints on every run
 """
-from ..utils.seeding import enter_worker, get_global_seed, new_rng, set_global_seed, worker_rank
+from ..utils.seeding import derive_seed, enter_worker, get_global_seed, new_rng, set_global_seed, worker_rank
 
-__all__ = ["set_global_seed", "get_global_seed", "enter_worker", "worker_rank", "new_rng"]
+__all__ = ["set_global_seed", "get_global_seed", "enter_worker", "worker_rank", "new_rng", "derive_seed"]
