@@ -260,7 +260,8 @@ _FD_LIMIT = """
         error = [err.errno, str(err)]
     gc.collect()
     children = [p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
-    print(json.dumps({"limit": limit, "error": error, "fds_left": sorted(set(os.listdir("/proc/self/fd")) - set(fds_before)),
+    fds_left = sorted(set(os.listdir("/proc/self/fd")) - set(fds_before))
+    print(json.dumps({"limit": limit, "error": error, "fds_left": fds_left,
                       "children": children, "files": os.listdir(sys.argv[1])}))
 """
 
@@ -275,6 +276,7 @@ def test_running_out_of_file_descriptors_half_way_names_the_limit_and_leaves_not
     worker = int(message.split("could not start worker ")[1].split()[0])
     assert 1 <= worker < 64
     assert message == ("[Errno 24] MultiProcessRunnerZMQ: could not start worker {} of 64: too many open files "
-                       "(RLIMIT_NOFILE={}); lower num_proc or raise the limit (ulimit -n)".format(worker, result["limit"]))
+                       "(RLIMIT_NOFILE={}); lower num_proc or raise the limit (ulimit -n)".format(
+                           worker, result["limit"]))
     # the listing of /proc/self/fd itself holds one descriptor while it runs
     assert len(result["fds_left"]) <= 1 and result["children"] == [] and result["files"] == []

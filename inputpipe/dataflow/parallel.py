@@ -21,6 +21,7 @@ Example::
 """
 import collections
 import queue
+import time
 import traceback
 import weakref
 from typing import Any, Callable, Iterator, List, Optional
@@ -66,7 +67,9 @@ def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[i
 
     while True:
         produced = 0
+        started = time.perf_counter()
         for dp in ds:
+            end.count_work(time.perf_counter() - started, 1)      # making the datapoint is work
             produced += 1
             command = end.receive_command(0)
             while command is not None:
@@ -76,7 +79,10 @@ def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[i
                 command = end.receive_command(POLL_INTERVAL)
                 if command is not None:
                     apply(command)
+            sending = time.perf_counter()                        # waiting for room was not
             nbytes = end.send_datapoint(dp)
+            started = time.perf_counter()
+            end.count_work(started - sending)
             unacknowledged.append(nbytes)
             state["bytes"] += nbytes
         if not produced:
@@ -217,15 +223,21 @@ class _CopyThread(StoppableThread):
         self.ds = ds
         self._out = out
         self._failures = failures
+        self.busy_seconds = 0.0          # time making datapoints (not waiting for queue room)
+        self.items = 0
 
     def run(self):
         try:
             while not self.stopped():
                 produced = 0
+                started = time.perf_counter()
                 for dp in self.ds:
+                    self.busy_seconds += time.perf_counter() - started
+                    self.items += 1
                     produced += 1
                     if not self.queue_put_stoppable(self._out, dp):
                         return
+                    started = time.perf_counter()
                 if not produced:
                     raise _empty_epoch_error(self.ds)
         except BaseException as err:  # reported to the consumer, which raises it
@@ -292,6 +304,18 @@ class MultiThreadRunner(DataFlow):
         self._finalizer = weakref.finalize(self, _stop_threads, list(self._threads))
         for thread in self._threads:
             thread.start()
+
+    def worker_stats(self) -> List[dict]:
+        """One dict per thread, cumulative since ``reset_state()``:
+        ``{"rank": int, "busy_seconds": float, "items": int}``, the time spent making datapoints
+        (not waiting for room in the queue) and how many were made. Empty before ``reset_state()``.
+
+        Example::
+
+            busy_share = [s["busy_seconds"] / elapsed for s in df.worker_stats()]
+        """
+        return [{"rank": rank, "busy_seconds": t.busy_seconds, "items": t.items}
+                for rank, t in enumerate(self._threads)]
 
     def _raise_failure(self) -> None:
         name, err, text = self._failures[0]

@@ -237,6 +237,8 @@ class _MapThread(StoppableThread):
         self.map_func = map_func
         self.tasks = tasks
         self._out = out
+        self.busy_seconds = 0.0          # time inside map_func
+        self.items = 0
 
     def run(self):
         while not self.stopped():
@@ -245,7 +247,11 @@ class _MapThread(StoppableThread):
             except queue.Empty:
                 continue
             try:
-                self._out.put((self.rank, [epoch, seq, self.map_func(dp)]))
+                started = time.perf_counter()
+                result = self.map_func(dp)
+                self.busy_seconds += time.perf_counter() - started
+                self.items += 1
+                self._out.put((self.rank, [epoch, seq, result]))
             except BaseException as err:  # reported to the consumer, which raises it
                 self._out.put((self.rank, (err, traceback.format_exc())))
                 return
@@ -297,6 +303,17 @@ class MultiThreadMapData(_ParallelMapBase):
     def _submit(self, rank: int, task: Any) -> None:
         self._threads[rank].tasks.put(task)
 
+    def worker_stats(self) -> List[Dict[str, Any]]:
+        """One dict per thread, cumulative since the threads started:
+        ``{"rank": int, "busy_seconds": float, "items": int}``, the time inside ``map_func`` and
+        the number of datapoints mapped. Empty before ``reset_state()``.
+
+        Example::
+
+            busy_share = [s["busy_seconds"] / elapsed for s in df.worker_stats()]
+        """
+        return [{"rank": t.rank, "busy_seconds": t.busy_seconds, "items": t.items} for t in self._threads]
+
     def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
         return self._threads[rank].name, None
 
@@ -335,8 +352,13 @@ def _serve_map(rank: int, end, map_func: Callable, batch_size: Optional[int]) ->
     while True:
         command = end.receive_command(POLL_INTERVAL)
         if command is not None:
+            started = time.perf_counter()
             epoch, seq, task = command
-            end.send_datapoint([epoch, seq, _apply(map_func, batch_size, task)])
+            result = _apply(map_func, batch_size, task)
+            end.count_work(time.perf_counter() - started, 1)
+            sending = time.perf_counter()
+            end.send_datapoint([epoch, seq, result])
+            end.count_work(time.perf_counter() - sending)
 
 
 class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
@@ -442,7 +464,8 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
     def __init__(self, ds: DataFlow, num_proc: Optional[int] = None, map_func: Optional[Callable[[Any], Any]] = None,
                  batch_size: Optional[int] = None, buffer_size: Optional[int] = None, **kwargs: Any):
         name = type(self).__name__
-        num_proc = _check_positive(name, "num_proc", renamed_argument(name, kwargs, "nr_proc", "num_proc", num_proc, None))
+        num_proc = renamed_argument(name, kwargs, "nr_proc", "num_proc", num_proc, None)
+        num_proc = _check_positive(name, "num_proc", num_proc)
         self._batch_size = _check_positive(name, "batch_size", batch_size)
         if buffer_size is None:
             buffer_size = 3 * batch_size * num_proc

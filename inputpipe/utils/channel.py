@@ -228,6 +228,10 @@ class WorkerEnd:
     """
 
     def __init__(self, spec: WorkerSpec):
+        #: Seconds of work and items done so far, as counted by the worker's loop (see
+        #: :meth:`count_work`); each message to the parent carries them.
+        self.busy_seconds = 0.0
+        self.items = 0
         self._conn = spec.result_writer
         self._commands = spec.command_reader
         self._capacity = spec.shm_bytes
@@ -240,6 +244,12 @@ class WorkerEnd:
             self._regions = _Regions(_table(self._mm, self._capacity), self._capacity)
         self._reader = None
         self._copier = ParallelCopier(name="inputpipe-worker-copy")
+
+    def count_work(self, seconds: float, items: int = 0) -> None:
+        """Add to the work counts that the next message carries to the parent (for profilers:
+        :meth:`ParentEnd.busy_seconds`)."""
+        self.busy_seconds += seconds
+        self.items += items
 
     def _send_control(self, control: dict) -> None:
         self._conn.send_bytes(serialize.dumps(control))
@@ -308,7 +318,7 @@ class WorkerEnd:
     def send_datapoint(self, obj: Any) -> int:
         """Send one datapoint; returns the number of array bytes it carried in frames."""
         try:
-            whole = serialize.dumps_frames({"k": _INLINE, "v": obj})
+            whole = serialize.dumps_frames({"k": _INLINE, "v": obj, "b": self.busy_seconds, "n": self.items})
         except TypeError:
             serialize.dumps_frames(obj)     # raises the same error, located in the datapoint itself
             raise
@@ -320,7 +330,8 @@ class WorkerEnd:
         lengths = [p.nbytes for p in payload]
         use_shm = self._mm is not None and _uses_shared_memory(lengths)
         slot, why = self._place(sum(_aligned(n) for n in lengths)) if use_shm else (None, None)
-        control = {"k": _DATA, "h": bytes(frames[0]), "len": lengths, "r": -1, "o": 0}
+        control = {"k": _DATA, "h": bytes(frames[0]), "len": lengths, "r": -1, "o": 0,
+                   "b": self.busy_seconds, "n": self.items}
         if slot is None:
             if why is not None:
                 control["why"] = why
@@ -395,7 +406,8 @@ class ParentEnd:
     """The parent's end of one worker's channel.
 
     ``pipe_fallbacks`` counts the large datapoints that came through the pipe because the
-    shared-memory segment was full of arrays the consumer still held.
+    shared-memory segment was full of arrays the consumer still held (or did not fit at all).
+    ``busy_seconds`` and ``items`` are the worker's work counts as of its latest message.
 
     Example::
 
@@ -412,6 +424,8 @@ class ParentEnd:
         self._data_offset = _table_bytes(capacity)
         self._states = _table(mm, capacity) if mm is not None else None
         self.pipe_fallbacks = 0
+        self.busy_seconds = 0.0
+        self.items = 0
 
     def receive(self) -> Tuple[str, Any]:
         """Read one message: ``("data", datapoint)`` or ``("error", (summary, traceback, type))``,
@@ -419,6 +433,8 @@ class ParentEnd:
         None). Raises EOFError/OSError when the worker's end is gone."""
         control = serialize.loads(self.connection.recv_bytes(), max_bytes=_INTERNAL_MAX_BYTES, copy=True)
         kind = control.get("k") if isinstance(control, dict) else None
+        if kind in (_INLINE, _DATA):
+            self.busy_seconds, self.items = control["b"], control["n"]
         if kind == _INLINE:
             return "data", control["v"]
         if kind == _ERROR:

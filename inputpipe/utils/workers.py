@@ -272,6 +272,13 @@ class WorkerPool:
         arrays the consumer still held (see :mod:`~inputpipe.utils.channel`)."""
         return sum(end.pipe_fallbacks for end in self._ends)
 
+    def worker_stats(self) -> List[dict]:
+        """``{"rank", "busy_seconds", "items"}`` of each worker, as of its latest message
+        (cumulative since it started; what counts as busy is up to the worker's loop, see
+        :meth:`~inputpipe.utils.channel.WorkerEnd.count_work`). Empty before :meth:`start`."""
+        return [{"rank": rank, "busy_seconds": end.busy_seconds, "items": end.items}
+                for rank, end in enumerate(self._ends)]
+
     def start(self) -> None:
         """Check that the target and arguments can be pickled (``spawn``/``forkserver``), then
         make each worker's channel and start it, one worker after the other (so a forked worker
@@ -422,6 +429,19 @@ class WorkerPoolOwner:
     def worker_pids(self) -> List[int]:
         """Process ids of the workers (empty before ``reset_state()``)."""
         return self._pool.pids
+
+    def worker_stats(self) -> List[dict]:
+        """One dict per worker process, cumulative since the workers started:
+        ``{"rank": int, "busy_seconds": float, "items": int}``. ``busy_seconds`` is the time spent
+        on the user's work and on sending its results (not waiting for tasks or for room to send);
+        ``items`` counts the results sent. Values are as of each worker's latest result (a task
+        old at most). Empty before ``reset_state()``; the last values after ``close()``.
+
+        Example::
+
+            busy_share = [s["busy_seconds"] / elapsed for s in df.worker_stats()]
+        """
+        return self._pool.worker_stats()
 
     @property
     def pipe_fallbacks(self) -> int:
