@@ -193,17 +193,27 @@ class RayWorker:
 # ------------------------------------------------------------------------------------ in the driver
 
 class Lost(Exception):
-    """A call whose actor (or the node holding its result) died: send it again."""
+    """A call whose actor (or the node holding its result) died: send it again once the actor
+    is back (``pid`` is the process that held it)."""
+
+    def __init__(self, message: str, pid: Optional[int]):
+        super().__init__(message)
+        self.pid = pid
+
+
+#: Seconds between checks of whether a restarting actor is back.
+RESTART_POLL = 0.2
 
 
 class ActorPool:
     """``num_actors`` restartable :class:`RayWorker` actors of one flow, in the driver.
 
     ``submit(rank, method, *args)`` starts a call and returns its id; ``wait(ids, timeout)``
-    returns the ids of finished calls; ``outcome(id)`` returns the result, raises
+    returns the ids of finished calls; ``outcome(rank, id)`` returns the result, raises
     :class:`~inputpipe.utils.errors.WorkerError` for a failure of the user's function, or
-    :class:`Lost` for a call to redo. ``close()`` kills the actors and waits for the processes
-    of those on this node.
+    :class:`Lost` for a call to redo. After a loss the actor is ``restarting`` until it answers
+    again; ``back()`` returns the ranks that came back since the last call (send their work
+    again then). ``close()`` kills the actors and waits for the processes of those on this node.
     """
 
     def __init__(self, owner: str, num_actors: int, func: Callable, batch_size: Optional[int],
@@ -216,7 +226,7 @@ class ActorPool:
         options.update(actor_options or {})
         actor_class = self._ray.remote(RayWorker).options(**options)
         self._closed = False
-        self._where: Dict[int, Any] = {}          # rank -> pending where() of a restarted actor
+        self._probes: Dict[int, Tuple[Any, float]] = {}   # restarting rank -> (where() call, when sent)
         try:
             self.actors = [actor_class.remote(rank, func, batch_size, get_global_seed())
                            for rank in range(num_actors)]
@@ -256,22 +266,42 @@ class ActorPool:
                     self._ray.cluster_resources()))
 
     def describe(self, rank: int) -> Tuple[str, Optional[int]]:
-        self.refresh_pid(rank)
         return "actor {}".format(rank), self.pids[rank]
 
-    def refresh_pid(self, rank: int, timeout: float = 0.0) -> Optional[int]:
-        """The pid of actor ``rank``, updated once a restarted actor has answered where it is
-        (waiting up to ``timeout`` seconds for that answer)."""
-        ref = self._where.get(rank)
-        if ref is not None:
-            ready, _ = self._ray.wait([ref], timeout=timeout)
-            if ready:
-                del self._where[rank]
-                try:
-                    self.pids[rank], self._nodes[rank] = self._ray.get(ref)
-                except self._exceptions.RayError:
-                    pass
+    def restarting(self, rank: int) -> bool:
+        return rank in self._probes
+
+    def current_pid(self, rank: int, timeout: float) -> Optional[int]:
+        """The pid of actor ``rank``, waiting up to ``timeout`` seconds for a restarting actor."""
+        deadline = time.monotonic() + timeout
+        while self.restarting(rank) and time.monotonic() < deadline:
+            self.back()
+            time.sleep(POLL_INTERVAL)
         return self.pids[rank]
+
+    def back(self) -> List[int]:
+        """Ranks of restarting actors that answer again (each reported once); raises WorkerError
+        for an actor Ray could not restart."""
+        returned = []
+        errors = self._exceptions
+        for rank, (probe, sent) in list(self._probes.items()):
+            ready, _ = self._ray.wait([probe], timeout=0)
+            if not ready:
+                continue
+            try:
+                self.pids[rank], self._nodes[rank] = self._ray.get(probe)
+            except errors.ActorDiedError as err:
+                raise WorkerError(self.owner, "actor {}".format(rank), pid=self.pids[rank], reason=(
+                    "died and Ray did not restart it (actor_options max_restarts, or no node left to "
+                    "run it): {}".format(_first_line(err)))) from None
+            except errors.RayError:
+                if time.monotonic() - sent >= RESTART_POLL:
+                    self._probes[rank] = (self.actors[rank].where.remote(), time.monotonic())
+                continue
+            del self._probes[rank]
+            logger.info("%s: actor %d is back as pid %s", self.owner, rank, self.pids[rank])
+            returned.append(rank)
+        return returned
 
     def submit(self, rank: int, method: str, *args: Any) -> Any:
         return getattr(self.actors[rank], method).remote(*args)
@@ -295,9 +325,12 @@ class ActorPool:
             result = self._ray.get(ref)
         except (errors.RayActorError, errors.ObjectLostError, errors.WorkerCrashedError,
                 errors.NodeDiedError, errors.OutOfMemoryError) as err:
-            if rank not in self._where:
-                self._where[rank] = self.actors[rank].where.remote()
-            raise Lost("{} (pid {}) {}".format(rank, self.pids[rank], _first_line(err))) from None
+            if rank not in self._probes:
+                logger.warning("%s: actor %d (pid %s) was lost (%s); Ray restarts it and its work is sent "
+                               "again", self.owner, rank, self.pids[rank], _first_line(err))
+                self._probes[rank] = (self.actors[rank].where.remote(), time.monotonic())
+            raise Lost("actor {} (pid {}) was lost: {}".format(rank, self.pids[rank], _first_line(err)),
+                       self.pids[rank]) from None
         except errors.RayError as err:
             raise WorkerError(self.owner, "actor {}".format(rank), pid=self.pids[rank], reason="failed in Ray: {}".format(
                 _first_line(err)), remote_traceback=str(err)) from None
@@ -316,8 +349,8 @@ class ActorPool:
         ray = self._ray
         try:
             if ray.is_initialized():
-                for rank in list(self._where):
-                    self.refresh_pid(rank, timeout=2.0)
+                for rank in list(self._probes):
+                    self.current_pid(rank, timeout=2.0)
                 for actor in getattr(self, "actors", []):
                     ray.kill(actor, no_restart=True)
                 here = ray.get_runtime_context().get_node_id()

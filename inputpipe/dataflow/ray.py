@@ -62,20 +62,19 @@ def _nbytes_leaf(value: Any) -> int:
 
 
 class _RedoTracker:
-    """Counts how often each unit of work lost its actor; too often is an error."""
+    """Counts the actor processes each unit of work was lost with; too many is an error."""
 
     def __init__(self, owner: str):
         self.owner = owner
-        self.attempts: Dict[Any, int] = {}
+        self.lost_with: Dict[Any, set] = {}
 
     def lost(self, key: Any, what: str, why: Lost) -> None:
-        count = self.attempts.get(key, 0) + 1
-        self.attempts[key] = count
-        if count >= MAX_ATTEMPTS:
-            raise WorkerError(self.owner, "actor {}".format(why), reason=(
-                "died {} times while holding {}: does the function crash its process (segfault, memory) "
-                "on it?".format(count, what)))
-        logger.warning("%s: actor %s; sending %s again", self.owner, why, what)
+        pids = self.lost_with.setdefault(key, set())
+        pids.add(why.pid)
+        if len(pids) >= MAX_ATTEMPTS:
+            raise WorkerError(self.owner, "actors", reason=(
+                "were lost {} times while holding {} (pids {}; last: {}): does the function crash its "
+                "process (segfault, memory) on it?".format(len(pids), what, sorted(pids, key=str), why)))
 
 
 class RayMapData(_ParallelMapBase):
@@ -130,6 +129,7 @@ class RayMapData(_ParallelMapBase):
         self.actor_options = dict(actor_options or {})
         self._largest_result = 0
         self._calls: Dict[Any, Tuple[int, List[Any]]] = {}     # ref -> (rank, [epoch, seq, task])
+        self._parked: Dict[int, List[List[Any]]] = collections.defaultdict(list)   # for restarting actors
         self._arrived: Deque[Any] = collections.deque()
         self._redo = _RedoTracker(name)
         self._pool: Optional[ActorPool] = None
@@ -151,7 +151,7 @@ class RayMapData(_ParallelMapBase):
         """The pids of the actors (current after a restart, once the new one has started)."""
         if self._pool is None:
             return []
-        return [self._pool.refresh_pid(rank, timeout=30.0) for rank in range(self.num_workers)]
+        return [self._pool.current_pid(rank, timeout=30.0) for rank in range(self.num_workers)]
 
     def _start(self) -> None:
         self._pool = ActorPool(type(self).__name__, self.num_workers, self.map_func, self._batch_size,
@@ -160,7 +160,10 @@ class RayMapData(_ParallelMapBase):
 
     def _submit(self, rank: int, task: List[Any]) -> None:
         assert self._pool is not None
-        self._calls[self._pool.submit(rank, "map", task[2])] = (rank, task)
+        if self._pool.restarting(rank):
+            self._parked[rank].append(task)            # sent when the actor is back
+        else:
+            self._calls[self._pool.submit(rank, "map", task[2])] = (rank, task)
 
     def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
         assert self._pool is not None
@@ -168,6 +171,9 @@ class RayMapData(_ParallelMapBase):
 
     def _receive(self, timeout: float):
         assert self._pool is not None
+        for rank in self._pool.back():
+            for task in self._parked.pop(rank, []):
+                self._submit(rank, task)
         if not self._arrived:
             self._arrived.extend(self._pool.wait(list(self._calls), timeout))
         while self._arrived:
@@ -178,7 +184,7 @@ class RayMapData(_ParallelMapBase):
             except Lost as why:
                 if task[0] == self._epoch or not self.strict:
                     self._redo.lost((task[0], task[1]), "datapoint #{}".format(task[1]), why)
-                    self._submit(rank, task)           # Ray restarts the actor; the call waits for it
+                    self._parked[rank].append(task)    # sent again when Ray has restarted the actor
                 else:
                     self._in_flight[rank] -= 1         # work of an abandoned epoch: forget it
                 continue
@@ -192,6 +198,7 @@ class RayMapData(_ParallelMapBase):
         self._closed = True
         self._calls.clear()
         self._arrived.clear()
+        self._parked.clear()
         if self._finalizer is not None:
             self._finalizer()
         super().close()
@@ -283,7 +290,7 @@ class RayShardedData(DataFlow):
         self.num_actors = _check_positive(name, "num_actors", num_actors)
         self.read_shard = read_shard
         self.chunk_size = _check_positive(name, "chunk_size", chunk_size)
-        self.size = size
+        self._size = size
         self.ray_address = ray_address
         self.actor_options = dict(actor_options or {})
         self._guard = DataFlowReentrantGuard(name)
@@ -292,17 +299,17 @@ class RayShardedData(DataFlow):
         self._closed = False
 
     def __len__(self) -> int:
-        if self.size is None:
+        if self._size is None:
             raise NotImplementedError("{}: the number of datapoints is not known (pass size=)".format(
                 type(self).__name__))
-        return self.size
+        return self._size
 
     @property
     def worker_pids(self) -> List[Optional[int]]:
         """The pids of the actors (current after a restart, once the new one has started)."""
         if self._pool is None:
             return []
-        return [self._pool.refresh_pid(rank, timeout=30.0) for rank in range(self.num_actors)]
+        return [self._pool.current_pid(rank, timeout=30.0) for rank in range(self.num_actors)]
 
     def reset_state(self) -> None:
         """Start the actors (once)."""
@@ -325,14 +332,17 @@ class RayShardedData(DataFlow):
         readers = [_ShardReader() for _ in range(self.num_actors)]
         redo = _RedoTracker(type(self).__name__)
         while True:
+            pool.back()
             for rank, reader in enumerate(readers):
+                if pool.restarting(rank):
+                    continue                           # its shard went back to the others
                 if reader.shard is None and todo:
                     reader.shard, reader.received = todo.popleft()
                     reader.next_start = reader.received
                 while reader.shard is not None and len(reader.calls) < 2:
                     self._ask(pool, rank, reader)
             heads = {reader.calls[0][0]: rank for rank, reader in enumerate(readers) if reader.calls}
-            if not heads:
+            if not heads and not todo:
                 return
             for ref in pool.wait(list(heads), POLL_INTERVAL):
                 rank = heads[ref]
@@ -341,6 +351,7 @@ class RayShardedData(DataFlow):
                 try:
                     chunk, finished = pool.outcome(rank, ref)
                 except Lost as why:
+                    assert reader.shard is not None
                     redo.lost(reader.shard, "shard #{} from datapoint {}".format(reader.shard, reader.received), why)
                     reader.calls.clear()               # later chunks of that actor are lost too
                     todo.appendleft((reader.shard, reader.received))
@@ -354,6 +365,7 @@ class RayShardedData(DataFlow):
 
     def _ask(self, pool: ActorPool, rank: int, reader: _ShardReader) -> None:
         index = reader.shard
+        assert index is not None
         ref = pool.submit(rank, "read", index, self.shards[index], reader.next_start, self.chunk_size)
         reader.calls.append((ref, reader.next_start))
         reader.next_start += self.chunk_size

@@ -1,0 +1,276 @@
+"""RayMapData, RayMapAndBatchData and RayShardedData on a local Ray instance (2 CPUs).
+
+The first test starts and stops a Ray instance of its own (a flow with no Ray to join starts one
+and its close() shuts it down). The others share ONE instance started by a module fixture and
+shut down at the end of the module; flows join it and leave it running.
+"""
+import os
+import signal
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+ray = pytest.importorskip("ray", reason='Ray is an optional extra: pip install "inputpipe[ray]"')
+
+from inputpipe.dataflow import DataFlow  # noqa: E402
+from inputpipe.dataflow.ray import RayMapAndBatchData, RayMapData, RayShardedData, start_local_ray  # noqa: E402
+from inputpipe.utils.errors import WorkerError  # noqa: E402
+
+
+class Indexed(DataFlow):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield [i]
+
+
+def square_with_array(dp):
+    i = dp[0]
+    return None if i % 7 == 3 else [i, i * i, np.full((4,), i, np.int64)]
+
+
+def expected_squares(n):
+    return [i for i in range(n) if i % 7 != 3]
+
+
+def slow_identity(dp):
+    time.sleep(0.005)
+    return [dp[0]]
+
+
+def fail_on_13(dp):
+    if dp[0] == 13:
+        raise KeyError("no datapoint 13 here")
+    return dp
+
+
+def hang_on_5(dp):
+    if dp[0] == 5:
+        time.sleep(60)
+    return dp
+
+
+def megabyte_of(dp):
+    return [np.full((1 << 20,), dp[0] % 256, np.uint8)]
+
+
+def read_range(shard):
+    start, stop = shard
+    for i in range(start, stop):
+        time.sleep(0.001)
+        yield [i]
+
+
+def read_range_failing_at_57(shard):
+    for i in range(*shard):
+        if i == 57:
+            raise ValueError("shard {} is corrupt at {}".format(shard, i))
+        yield [i]
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(pids, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.05)
+    return [pid for pid in pids if _alive(pid)]
+
+
+@pytest.mark.timeout(90)
+def test_a_flow_that_started_ray_shuts_it_down_on_close_and_leaves_no_process():
+    assert not ray.is_initialized()
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    df = RayMapData(Indexed(20), 1, square_with_array, strict=True)
+    df.reset_state()
+    assert ray.is_initialized()
+    assert ray.cluster_resources()["CPU"] == os.cpu_count()
+    ray_processes = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert ray_processes, "the local instance runs in child processes of this one"
+    assert [dp[0] for dp in df] == expected_squares(20)
+    df.close()
+    assert not ray.is_initialized()
+    assert _wait_gone(ray_processes, 10) == []
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    start_local_ray(num_cpus=2)
+    # let the instance settle (its prestarted workers), so that the leak check of the first test
+    # compares against a stable set of processes
+    children = None
+    for _ in range(40):
+        now = {p.pid for p in psutil.Process().children(recursive=True)}
+        if now == children:
+            break
+        children = now
+        time.sleep(0.25)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("num_actors", [1, 2])
+def test_strict_ordered_epochs_yield_each_datapoint_once_in_source_order(ray_instance, num_actors):
+    n = 300
+    df = RayMapData(Indexed(n), num_actors, square_with_array, strict=True, ordered=True, buffer_size=50)
+    df.reset_state()
+    with df:
+        for _ in range(3):
+            epoch = list(df)
+            assert [dp[0] for dp in epoch] == expected_squares(n)
+            assert [dp[1] for dp in epoch] == [i * i for i in expected_squares(n)]
+            assert all(dp[2].dtype == np.int64 and dp[2].shape == (4,) and (dp[2] == dp[0]).all() for dp in epoch)
+    assert ray.is_initialized(), "a flow that joined an instance leaves it running"
+
+
+def test_strict_unordered_epochs_yield_each_datapoint_exactly_once(ray_instance):
+    n = 200
+    df = RayMapData(Indexed(n), 2, slow_identity, strict=True, ordered=False, buffer_size=16)
+    df.reset_state()
+    with df:
+        for _ in range(2):
+            got = [dp[0] for dp in df]
+            assert sorted(got) == list(range(n))
+
+
+def test_continuous_mode_keeps_the_stream_exact_across_epochs(ray_instance):
+    n = 50
+    df = RayMapData(Indexed(n), 2, slow_identity, strict=False, ordered=True, buffer_size=20)
+    df.reset_state()
+    with df:
+        epochs = [[dp[0] for dp in df] for _ in range(3)]
+    assert [len(e) for e in epochs] == [n, n, n]
+    assert epochs[0] + epochs[1] + epochs[2] == list(range(n)) * 3
+
+
+def test_map_and_batch_stacks_in_the_actors_and_drops_the_incomplete_batch(ray_instance):
+    df = RayMapAndBatchData(Indexed(70), 2, square_with_array, 10, strict=True)
+    df.reset_state()
+    with df:
+        assert len(df) == 7
+        for _ in range(2):
+            batches = list(df)
+            assert len(batches) == 7
+            ids, squares, arrays = zip(*batches)
+            flat = [int(i) for batch in ids for i in batch]
+            assert flat == expected_squares(70)
+            assert all(a.dtype == np.int64 and a.shape == (len(i), 4) for i, a in zip(ids, arrays))
+            assert all((s == np.asarray(i) ** 2).all() for i, s in zip(ids, squares))
+
+
+def test_an_actor_killed_mid_epoch_is_replaced_and_the_epoch_stays_exact(ray_instance):
+    n = 400
+    df = RayMapData(Indexed(n), 2, slow_identity, strict=True, ordered=True, buffer_size=40)
+    df.reset_state()
+    with df:
+        victim = df.worker_pids[1]
+        got = []
+        for dp in df:
+            got.append(dp[0])
+            if len(got) == 50:
+                os.kill(victim, signal.SIGKILL)
+        assert got == list(range(n))
+        new_pid = df.worker_pids[1]
+        assert new_pid not in (None, victim)
+        assert [dp[0] for dp in df] == list(range(n)), "the next epoch runs on the restarted actor"
+        pids = df.worker_pids
+    assert _wait_gone(pids, 5) == [], "close() ends every actor process"
+
+
+def test_a_raising_map_func_reaches_the_consumer_with_the_actors_traceback(ray_instance):
+    df = RayMapData(Indexed(100), 2, fail_on_13, strict=True)
+    df.reset_state()
+    pids = df.worker_pids
+    with df:
+        with pytest.raises(KeyError) as info:
+            list(df)
+    err = info.value
+    assert isinstance(err, WorkerError)
+    assert "RayMapData: actor" in str(err) and "raised KeyError: 'no datapoint 13 here'" in str(err)
+    assert "in fail_on_13" in err.remote_traceback and "no datapoint 13 here" in err.remote_traceback
+    assert err.pid in pids
+
+
+def test_map_timeout_names_the_stuck_actor_and_close_kills_it(ray_instance):
+    df = RayMapData(Indexed(20), 2, hang_on_5, strict=True, map_timeout=1.0)
+    df.reset_state()
+    pids = df.worker_pids
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match=r"RayMapData: actor \d \(pid \d+\) has not answered for"):
+        list(df)
+    assert time.monotonic() - started < 20
+    df.close()
+    assert _wait_gone(pids, 5) == []
+    assert ray.is_initialized()
+
+
+def test_results_in_flight_are_bounded_in_bytes(ray_instance):
+    df = RayMapData(Indexed(40), 2, megabyte_of, strict=True, buffer_size=200, max_buffer_bytes=4 << 20)
+    df.reset_state()
+    with df:
+        assert df.buffer_size == 200
+        got = [int(dp[0][0]) for dp in df]
+        assert got == list(range(40))
+        assert df.buffer_size == 4
+
+
+@pytest.mark.parametrize("num_actors", [1, 2])
+def test_sharded_source_reads_every_shard_once_per_epoch(ray_instance, num_actors):
+    shards = [(0, 10), (10, 11), (11, 11), (11, 150), (150, 200)]
+    df = RayShardedData(shards, num_actors, read_range, chunk_size=16, size=200)
+    df.reset_state()
+    with df:
+        assert len(df) == 200
+        for _ in range(2):
+            got = [dp[0] for dp in df]
+            assert sorted(got) == list(range(200))
+            for start, stop in shards:          # each shard's datapoints in its own order
+                assert [i for i in got if start <= i < stop] == list(range(start, stop))
+
+
+def test_a_sharded_reader_killed_mid_shard_is_resumed_without_loss_or_repeat(ray_instance):
+    shards = [(0, 300), (300, 600)]
+    df = RayShardedData(shards, 2, read_range, chunk_size=8)
+    df.reset_state()
+    with df:
+        victim = df.worker_pids[0]
+        got = []
+        for dp in df:
+            got.append(dp[0])
+            if len(got) == 60:
+                os.kill(victim, signal.SIGKILL)
+        assert sorted(got) == list(range(600))
+        assert df.worker_pids[0] != victim
+
+
+def test_a_failing_read_shard_reaches_the_consumer_with_the_actors_traceback(ray_instance):
+    df = RayShardedData([(0, 50), (50, 100)], 2, read_range_failing_at_57)
+    df.reset_state()
+    with df:
+        with pytest.raises(ValueError) as info:
+            list(df)
+    assert isinstance(info.value, WorkerError)
+    assert "RayShardedData: actor" in str(info.value) and "shard (50, 100) is corrupt at 57" in str(info.value)
+    assert "in read_range_failing_at_57" in info.value.remote_traceback
+
+
+def test_too_many_actors_for_the_cluster_fail_with_what_they_wait_for(ray_instance, monkeypatch):
+    from inputpipe.dataflow import _ray_runtime
+    monkeypatch.setattr(_ray_runtime, "ACTOR_START_TIMEOUT", 2.0)
+    df = RayMapData(Indexed(10), 3, slow_identity)
+    with pytest.raises(WorkerError, match=r"1 of 3 actors \(ranks \[\d\]\) did not start within 2 s: each asks for "
+                                          r"\{'num_cpus': 1\}"):
+        df.reset_state()
+    df.close()
