@@ -29,11 +29,19 @@ __all__ = sorted({name for name in dir() if not name.startswith("_")} - {"base",
                   "format", "image", "seeding", "profiling", "diagnosis"}) + list(_SUBPACKAGES)
 
 
+# The Ray flows (the ``ray`` extra) live in inputpipe.dataflow.ray and load on first use.
+_RAY_NAMES = ("RayMapData", "RayMapAndBatchData", "RayShardedData", "start_local_ray")
+__all__ += list(_RAY_NAMES)
+
+
 def __getattr__(name):
     """``inputpipe.dataflow.imgaug`` and ``.dataset`` (tensorpack: ``from tensorpack.dataflow import
-    imgaug, dataset``) are imported on first use, so importing the DataFlow core stays fast."""
-    if name in _SUBPACKAGES:
-        import importlib
+    imgaug, dataset``) and the Ray flows are imported on first use, so importing the DataFlow core
+    stays fast."""
+    import importlib
 
+    if name in _SUBPACKAGES:
         return importlib.import_module("." + name, __name__)
+    if name in _RAY_NAMES:
+        return getattr(importlib.import_module(".ray", __name__), name)
     raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))
