@@ -1,9 +1,11 @@
-"""Small helpers shared by the DataFlow transform modules (batch, transforms, combine, debug)."""
-from typing import Any, Iterator, Sequence
+"""Small helpers shared by the DataFlow modules (batch, transforms, combine, debug, sources): lengths,
+closing, argument checks, and the epoch/position bookkeeping of resumable flows."""
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .base import DataFlow, DataFlowLengthUnknown
+from ..utils.seeding import derive_seed
+from .base import DataFlow, DataFlowLengthUnknown, StateMismatchError
 
 # A sentinel for "the iterator is exhausted", distinct from every datapoint.
 END = object()
@@ -48,3 +50,72 @@ def close_flows(flows: Sequence[Any]) -> None:
                 first_error = err
     if first_error is not None:
         raise first_error
+
+
+# ---------------------------------------------------------------------------------------------
+# Resumable state (see docs/resuming.md and base.DataFlow.get_state)
+# ---------------------------------------------------------------------------------------------
+
+def epoch_rng(owner: Any, base_seed: Optional[int], *numbers: int) -> np.random.RandomState:
+    """The RandomState of one epoch (or one shuffle, or one chunk) of ``owner``: a function of its
+    base seed and the given numbers only, so a restored state repeats the same random choices."""
+    if base_seed is None:
+        raise RuntimeError("{} has no RNG yet: call reset_state() once before iterating it".format(
+            type(owner).__name__))
+    return np.random.RandomState(derive_seed(base_seed, *numbers))
+
+
+class EpochCursor:
+    """Counts the epochs and the datapoints yielded in the current epoch of one flow.
+
+    ``begin()`` is called by ``__iter__``: it starts the next epoch, unless a restored state or a
+    finished epoch says where to continue. ``track()`` wraps the epoch's iterator: it counts what
+    was yielded and closes the epoch when the iterator ends or is closed early (a consumer that
+    stops reading an input closes it; the next ``iter()`` is a new epoch, as it always was).
+    """
+
+    __slots__ = ("epoch", "position", "_open", "_generation")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.epoch, self.position, self._open, self._generation = 0, 0, False, 0
+
+    def restore(self, epoch: int, position: int) -> None:
+        self.epoch, self.position, self._open = epoch, position, False
+        self._generation += 1
+
+    def begin(self) -> Tuple[int, int, int]:
+        """(epoch, first position, token for :meth:`track`) of the iteration that starts now."""
+        if self._open:  # the previous iterator was dropped without being closed
+            self.epoch, self.position = self.epoch + 1, 0
+        self._generation += 1
+        self._open = True
+        return self.epoch, self.position, self._generation
+
+    def track(self, items: Iterator[Any], token: int) -> Iterator[Any]:
+        try:
+            for item in items:
+                self.position += 1
+                yield item
+        finally:
+            close_iterators([items])
+            if self._generation == token and self._open:
+                self.epoch, self.position, self._open = self.epoch + 1, 0, False
+
+
+def input_states(flows: Sequence[Any]) -> List[Dict[str, Any]]:
+    """``get_state()`` of every input flow, in order."""
+    return [df.get_state() for df in flows]
+
+
+def restore_inputs(owner: Any, flows: Sequence[Any], states: Any) -> None:
+    """``set_state`` of every input from a list of states, after checking it has one per input."""
+    if not isinstance(states, list) or len(states) != len(flows):
+        raise StateMismatchError("{}.set_state: expected a list of {} input states (one per input), got {}"
+                                 .format(type(owner).__name__, len(flows),
+                                         "{} of them".format(len(states)) if isinstance(states, list)
+                                         else repr(states)))
+    for df, state in zip(flows, states):
+        df.set_state(state)

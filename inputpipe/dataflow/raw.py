@@ -10,12 +10,16 @@ Example::
 import collections.abc
 import queue as queue_module
 import threading
-from typing import Any, Callable, Iterable, Iterator, List, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Sequence, Union
 
 import numpy as np
 
 from ..utils.concurrency import POLL_INTERVAL
-from .base import DataFlow, DataFlowLengthUnknown, DataFlowTerminated, RNGDataFlow, require_rng
+from ._helpers import EpochCursor, epoch_rng
+from .base import (
+    DataFlow, DataFlowLengthUnknown, DataFlowTerminated, NotResumableError, RNGDataFlow, StateMismatchError,
+    check_state,
+)
 
 __all__ = ["DataFromList", "DataFromGenerator", "DataFromIterable", "DataFromQueue", "FakeData"]
 
@@ -24,6 +28,8 @@ class DataFromList(RNGDataFlow):
     """The elements of a list, each one a datapoint; shuffled every epoch when ``shuffle=True``.
 
     The list is not copied, and datapoints are yielded as they are stored (not copied either).
+    Epoch ``e`` is shuffled with a RandomState seeded from (this flow's base seed, ``e``), so
+    :meth:`get_state` (epoch, position, list size and base seed) restores the same order.
 
     Example::
 
@@ -36,19 +42,48 @@ class DataFromList(RNGDataFlow):
         super().__init__()
         self.lst = lst
         self.shuffle = shuffle
+        self._cursor = EpochCursor()
 
     def __len__(self) -> int:
         return len(self.lst)
 
+    def reset_state(self) -> None:
+        super().reset_state()
+        self._cursor.reset()
+
     def __iter__(self) -> Iterator[Any]:
-        if not self.shuffle:
-            return iter(self.lst)
-        order = require_rng(self).permutation(len(self.lst)).tolist()
+        epoch, start, token = self._cursor.begin()
         lst = self.lst
-        # Gathering the shuffled references in one tight loop is 5-8% faster for a whole pipeline
-        # than a lazy map: the random reads into the list overlap instead of alternating with the
-        # downstream work. It costs one list of references (8 bytes per datapoint).
-        return iter([lst[i] for i in order])
+        if not self.shuffle:
+            items = iter(lst) if start == 0 else map(lst.__getitem__, range(start, len(lst)))
+        else:
+            order = epoch_rng(self, self.base_seed, epoch).permutation(len(lst))[start:].tolist()
+            # Gathering the shuffled references in one tight loop is 5-8% faster for a whole
+            # pipeline than a lazy map: the random reads into the list overlap instead of
+            # alternating with the downstream work. It costs one list of references.
+            items = iter([lst[i] for i in order])
+        return self._cursor.track(items, token)
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "epoch", "position", "size", "seed"}``: epochs completed, datapoints yielded
+        in the current one, the list's length and the base seed (None without shuffling)."""
+        cursor = self._cursor
+        return {"type": type(self).__name__, "epoch": cursor.epoch, "position": cursor.position,
+                "size": len(self.lst), "seed": self.base_seed if self.shuffle else None}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"epoch": int, "position": int, "size": int, "seed": (int, type(None))})
+        size = len(self.lst)
+        if state["size"] != size or not 0 <= state["position"] <= size:
+            raise StateMismatchError("{}.set_state: the state is of a list of {} datapoints at position {}, but "
+                                     "this flow has {}".format(type(self).__name__, state["size"],
+                                                               state["position"], size))
+        if self.shuffle:
+            if state["seed"] is None:
+                raise StateMismatchError("{}.set_state: shuffle=True needs a seed in the state, got None (a "
+                                         "state of an unshuffled flow?)".format(type(self).__name__))
+            self.base_seed = state["seed"]
+        self._cursor.restore(state["epoch"], state["position"])
 
 
 class _OneShotIterable:
@@ -100,7 +135,15 @@ class DataFromGenerator(DataFlow):
         df = DataFromGenerator(squares)
         df.reset_state()
         assert list(df) == [[0], [1], [4], [9], [16]]
+
+    Not resumable: a generator cannot be positioned (use :class:`DataFromList` or a
+    :class:`DataFlow` with ``get_state``/``set_state`` for a pipeline that resumes).
     """
+
+    _not_resumable_reason = (
+        "DataFromGenerator is not resumable: a generator cannot be restarted at a position, nor be "
+        "known to give the same datapoints again; use DataFromList (or DataFromIterable over a list), "
+        "or write a DataFlow with get_state()/set_state()")
 
     def __init__(self, gen: Union[Callable[[], Iterable[Any]], Iterable[Any]]):
         self._gen = gen
@@ -121,6 +164,11 @@ class DataFromIterable(DataFlow):
     An iterator (e.g. a generator object) can be iterated only once; a second epoch raises a
     RuntimeError instead of silently producing nothing.
 
+    Resumable only over a sequence (``list``, ``tuple``, ``range``, any
+    ``collections.abc.Sequence``): the state is (epoch, position) and a restore indexes into it.
+    Any other iterable (a generator, a set, a file, a custom iterable) is not resumable:
+    it cannot be positioned, nor be known to give the same items in the same order again.
+
     Example::
 
         df = DataFromIterable(([i] for i in range(3)))   # one epoch only
@@ -130,6 +178,8 @@ class DataFromIterable(DataFlow):
 
     def __init__(self, iterable: Iterable[Any]):
         self._iterable = _OneShotIterable(iterable, "DataFromIterable")
+        self._sequence = iterable if isinstance(iterable, collections.abc.Sequence) else None
+        self._cursor = EpochCursor()
         try:
             self._len = len(iterable)
         except (TypeError, NotImplementedError):
@@ -140,8 +190,37 @@ class DataFromIterable(DataFlow):
             raise DataFlowLengthUnknown("DataFromIterable: the iterable has no length")
         return self._len
 
+    def reset_state(self) -> None:
+        self._cursor.reset()
+
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._iterable)
+        sequence = self._sequence
+        if sequence is None:
+            return iter(self._iterable)
+        _, start, token = self._cursor.begin()
+        items = iter(sequence) if start == 0 else map(sequence.__getitem__, range(start, len(sequence)))
+        return self._cursor.track(items, token)
+
+    def check_resumable(self) -> None:
+        if self._sequence is None:
+            raise NotResumableError(
+                "DataFromIterable is not resumable over a {}: only a sequence (list, tuple, range, ...) can "
+                "be positioned and gives the same items again; pass a list, or use DataFromList".format(
+                    type(self._iterable._iterable).__name__))
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "epoch", "position", "size"}`` over a sequence; NotResumableError otherwise."""
+        self.check_resumable()
+        return {"type": "DataFromIterable", "epoch": self._cursor.epoch, "position": self._cursor.position,
+                "size": self._len}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        self.check_resumable()
+        state = check_state(self, state, {"epoch": int, "position": int, "size": int})
+        if state["size"] != self._len or not 0 <= state["position"] <= state["size"]:
+            raise StateMismatchError("DataFromIterable.set_state: the state is of {} items at position {}, "
+                                     "but this flow has {}".format(state["size"], state["position"], self._len))
+        self._cursor.restore(state["epoch"], state["position"])
 
 
 class DataFromQueue(DataFlow):
@@ -161,7 +240,13 @@ class DataFromQueue(DataFlow):
         df.reset_state()
         assert next(iter(df)) == [1]
         df.stop()
+
+    Not resumable: what was taken from the queue is gone, and nothing can be re-read.
     """
+
+    _not_resumable_reason = (
+        "DataFromQueue is not resumable: datapoints taken from a queue are gone and cannot be re-read; "
+        "make the producer of the queue resumable instead, or read from a DataFlow with get_state()")
 
     def __init__(self, queue: Any):
         self.queue = queue
@@ -222,6 +307,9 @@ class FakeData(RNGDataFlow):
     one datapoint is drawn per epoch and repeated ``size`` times (as new lists sharing the
     arrays), which costs nearly nothing.
 
+    Epoch ``e`` draws from a RandomState seeded from (base seed, ``e``); its state is (epoch,
+    position, base seed), and a restore mid-epoch redraws the skipped datapoints of that epoch.
+
     Example::
 
         df = FakeData([[32, 32, 3], [1]], size=100, dtype=["float32", "int64"],
@@ -258,6 +346,10 @@ class FakeData(RNGDataFlow):
     def __len__(self) -> int:
         return self._size
 
+    def reset_state(self) -> None:
+        super().reset_state()
+        self._cursor = EpochCursor()
+
     def _draw(self, rng: np.random.RandomState) -> List[np.ndarray]:
         datapoint = []
         for shape, dt, (low, high) in zip(self.shapes, self.dtype, self.domain):
@@ -271,11 +363,37 @@ class FakeData(RNGDataFlow):
         return datapoint
 
     def __iter__(self) -> Iterator[List[np.ndarray]]:
-        rng = require_rng(self)
+        cursor = self._require_cursor()
+        epoch, start, token = cursor.begin()
+        return cursor.track(self._epoch(epoch_rng(self, self.base_seed, epoch), start), token)
+
+    def _epoch(self, rng: np.random.RandomState, start: int) -> Iterator[List[np.ndarray]]:
         if self.random:
-            for _ in range(self._size):
+            for _ in range(start):  # replay the draws of the datapoints yielded before the state
+                self._draw(rng)
+            for _ in range(start, self._size):
                 yield self._draw(rng)
         else:
             fixed = self._draw(rng)
-            for _ in range(self._size):
+            for _ in range(start, self._size):
                 yield list(fixed)
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "epoch", "position", "seed"}``."""
+        cursor = self._require_cursor()
+        return {"type": type(self).__name__, "epoch": cursor.epoch, "position": cursor.position,
+                "seed": self.base_seed}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"epoch": int, "position": int, "seed": int})
+        if not 0 <= state["position"] <= self._size:
+            raise StateMismatchError("FakeData.set_state: position {} is outside an epoch of {} datapoints"
+                                     .format(state["position"], self._size))
+        self._require_cursor().restore(state["epoch"], state["position"])
+        self.base_seed = state["seed"]
+
+    def _require_cursor(self) -> EpochCursor:
+        if self.base_seed is None:
+            raise RuntimeError("FakeData has no RNG yet: call reset_state() once before iterating it or "
+                               "using its state")
+        return self._cursor

@@ -11,13 +11,14 @@ Example::
 import copy
 import itertools
 from collections import deque
-from typing import Any, Callable, Hashable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from ._helpers import END, check_positive_int, close_iterators, length_of
+from ._helpers import END, EpochCursor, check_positive_int, close_iterators, epoch_rng, length_of
 from .base import (
-    DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, get_length, require_rng,
+    DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, StateMismatchError,
+    check_state, get_length, is_resumable, require_rng,
 )
 from .seeding import new_rng
 
@@ -29,6 +30,17 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 # Mapping and filtering
 # ---------------------------------------------------------------------------------------------
+
+def input_state(flow: ProxyDataFlow) -> Dict[str, Any]:
+    """The state of a flow that reads its input one datapoint per output (or drops some): the
+    input's state after what it read last, which is exactly after the last datapoint yielded."""
+    return {"type": type(flow).__name__, "input": flow.ds.get_state()}
+
+
+def restore_input(flow: ProxyDataFlow, state: Dict[str, Any]) -> None:
+    """The inverse of :func:`input_state`."""
+    flow.ds.set_state(check_state(flow, state, {"input": dict})["input"])
+
 
 def _shallow_copy(dp: Any) -> Any:
     cls = type(dp)
@@ -70,6 +82,14 @@ class MapData(ProxyDataFlow):
             if dp is not None:
                 yield dp
 
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "input"}``: the input's state (nothing is read ahead). Random work in ``func``
+        resumes exactly only when it draws from a per-datapoint RNG (see docs/resuming.md)."""
+        return input_state(self)
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        restore_input(self, state)
+
 
 class MapDataComponent(MapData):
     """Apply ``func`` to one component (``index``: a list index or a dict key) of every datapoint.
@@ -104,6 +124,9 @@ class MapDataComponent(MapData):
             if dp is not None:
                 yield dp
 
+    get_state = MapData.get_state
+    set_state = MapData.set_state
+
 
 class FilterData(ProxyDataFlow):
     """Keep only the datapoints for which ``predicate(dp)`` is true.
@@ -128,6 +151,9 @@ class FilterData(ProxyDataFlow):
     def __iter__(self) -> Iterator[Any]:
         return filter(self.predicate, self.ds)
 
+    get_state = MapData.get_state
+    set_state = MapData.set_state
+
 
 class SelectComponent(MapData):
     """Keep the components ``idxs`` (list indices or dict keys), in that order, as a list.
@@ -149,6 +175,9 @@ class SelectComponent(MapData):
     def __iter__(self) -> Iterator[Any]:
         return map(self._select, self.ds)
 
+    get_state = MapData.get_state
+    set_state = MapData.set_state
+
 
 # ---------------------------------------------------------------------------------------------
 # Sizes and repetition
@@ -158,7 +187,8 @@ class FixedSizeData(ProxyDataFlow):
     """Exactly ``size`` datapoints per epoch, restarting the input when it runs out.
 
     With ``keep_state=True`` the next epoch continues the input where the last one stopped
-    (so this flow is not re-entrant); otherwise every epoch starts the input afresh.
+    (so this flow is not re-entrant); otherwise every epoch starts the input afresh. The state
+    is the input's state and the position in this flow's epoch.
 
     Example::
 
@@ -175,22 +205,30 @@ class FixedSizeData(ProxyDataFlow):
         self._keep_state = keep_state
         self._itr: Optional[Iterator[Any]] = None
         self._guard = DataFlowReentrantGuard("FixedSizeData")
+        self._position = 0
+        self._resume_at = 0
 
     def reset_state(self) -> None:
         super().reset_state()
         if self._itr is not None:
             close_iterators([self._itr])
         self._itr = None
+        self._position = self._resume_at = 0
 
     def __len__(self) -> int:
         return self._size
 
     def __iter__(self) -> Iterator[Any]:
+        start, self._resume_at = self._resume_at, 0
+        self._position = start
+        return self._epoch(start)
+
+    def _epoch(self, start: int) -> Iterator[Any]:
         with self._guard:
             if self._itr is None or not self._keep_state:
                 self._itr = iter(self.ds)
             try:
-                for _ in range(self._size):
+                for _ in range(start, self._size):
                     dp = next(self._itr, END)
                     if dp is END:
                         self._itr = iter(self.ds)
@@ -198,18 +236,35 @@ class FixedSizeData(ProxyDataFlow):
                         if dp is END:
                             raise RuntimeError("FixedSizeData: its input produced no datapoints, so "
                                                "{} cannot be produced".format(self._size))
+                    self._position += 1
                     yield dp
             finally:
+                self._position = 0
                 if not self._keep_state:
                     close_iterators([self._itr])
                     self._itr = None
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "input", "position"}``."""
+        return {"type": "FixedSizeData", "input": self.ds.get_state(), "position": self._position}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"input": dict, "position": int})
+        if not 0 <= state["position"] <= self._size:
+            raise StateMismatchError("FixedSizeData.set_state: position {} is outside an epoch of {}".format(
+                state["position"], self._size))
+        self.ds.set_state(state["input"])
+        if self._itr is not None:
+            close_iterators([self._itr])
+        self._itr = None
+        self._position = self._resume_at = state["position"]
 
 
 class RepeatedData(ProxyDataFlow):
     """The input flow ``num`` times in a row (``num=-1``: forever, and then no length).
 
     Repeating forever an input that produces no datapoints raises a RuntimeError instead of
-    spinning.
+    spinning. The state is the input's state and how many repetitions were completed.
 
     Example::
 
@@ -223,30 +278,59 @@ class RepeatedData(ProxyDataFlow):
         if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < -1:
             raise ValueError("RepeatedData: num must be an int >= 0, or -1 for forever, got {!r}".format(num))
         self.num = int(num)
+        self._count = 0
+        self._resume_at: Optional[int] = None
 
     def __len__(self) -> int:
         if self.num == -1:
             raise DataFlowLengthUnknown("RepeatedData(num=-1) has no length: it repeats forever")
         return length_of(self, self.ds) * self.num
 
-    def __iter__(self) -> Iterator[Any]:
-        if self.num != -1:
-            return itertools.chain.from_iterable(itertools.repeat(self.ds, self.num))
-        return self._forever()
+    def reset_state(self) -> None:
+        super().reset_state()
+        self._count, self._resume_at = 0, None
 
-    def _forever(self) -> Iterator[Any]:
-        while True:
-            empty = True
-            for dp in self.ds:
-                empty = False
-                yield dp
-            if empty:
-                raise RuntimeError("RepeatedData(num=-1): its input produced no datapoints in an "
-                                   "epoch, so repeating it forever would never produce any")
+    def __iter__(self) -> Iterator[Any]:
+        resumed, self._resume_at = self._resume_at, None
+        self._count = resumed or 0
+        return self._repeat(resumed is not None)
+
+    def _repeat(self, resumed: bool) -> Iterator[Any]:
+        try:
+            while self.num == -1 or self._count < self.num:
+                empty = True
+                for dp in self.ds:
+                    empty = False
+                    yield dp
+                # A restored state taken after the last datapoint of a repetition continues with
+                # that repetition's (empty) end.
+                if empty and self.num == -1 and not resumed:
+                    raise RuntimeError("RepeatedData(num=-1): its input produced no datapoints in an "
+                                       "epoch, so repeating it forever would never produce any")
+                resumed = False
+                self._count += 1
+        finally:
+            self._count = 0
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "input", "count"}``: ``count`` repetitions of the input are complete."""
+        return {"type": "RepeatedData", "input": self.ds.get_state(), "count": self._count}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"input": dict, "count": int})
+        if state["count"] < 0 or (self.num != -1 and state["count"] > self.num):
+            raise StateMismatchError("RepeatedData.set_state: count {} is outside 0..{}".format(
+                state["count"], self.num))
+        self.ds.set_state(state["input"])
+        self._count = self._resume_at = state["count"]
 
 
 class RepeatedDataPoint(ProxyDataFlow):
     """Every datapoint ``num`` times in a row (the same object each time).
+
+    Its state is the input's state and how many copies of the current datapoint were yielded; a
+    restore between copies re-reads that one datapoint (the state then holds the input's state
+    from before it).
 
     Example::
 
@@ -258,12 +342,56 @@ class RepeatedDataPoint(ProxyDataFlow):
     def __init__(self, ds: DataFlow, num: int):
         super().__init__(ds)
         self.num = check_positive_int("RepeatedDataPoint", "num", num)
+        self._copies = 0
+        self._before: Optional[Dict[str, Any]] = None
+        self._resume_copies = 0
 
     def __len__(self) -> int:
         return length_of(self, self.ds) * self.num
 
+    def reset_state(self) -> None:
+        super().reset_state()
+        self._copies, self._before, self._resume_copies = 0, None, 0
+
     def __iter__(self) -> Iterator[Any]:
-        return itertools.chain.from_iterable(map(itertools.repeat, self.ds, itertools.repeat(self.num)))
+        if self.num == 1:
+            return iter(self.ds)
+        resume, self._resume_copies = self._resume_copies, 0
+        self._copies = 0
+        return self._repeat(resume, is_resumable(self.ds))
+
+    def _repeat(self, resume: int, record: bool) -> Iterator[Any]:
+        ds, num = self.ds, self.num
+        itr = iter(ds)
+        try:
+            while True:
+                before = ds.get_state() if record else None
+                dp = next(itr, END)
+                if dp is END:
+                    return
+                self._before = before
+                for copy_number in range(resume + 1, num + 1):
+                    self._copies = copy_number
+                    yield dp
+                resume = 0
+        finally:
+            self._copies = 0
+            close_iterators([itr])
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "input", "copies"}``: with ``0 < copies < num``, ``input`` is the state from
+        before the current datapoint, which a restore reads again."""
+        if 0 < self._copies < self.num:
+            return {"type": "RepeatedDataPoint", "input": self._before, "copies": self._copies}
+        return {"type": "RepeatedDataPoint", "input": self.ds.get_state(), "copies": 0}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"input": dict, "copies": int})
+        if not 0 <= state["copies"] < self.num:
+            raise StateMismatchError("RepeatedDataPoint.set_state: copies {} is outside 0..{}".format(
+                state["copies"], self.num - 1))
+        self.ds.set_state(state["input"])
+        self._resume_copies = state["copies"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,6 +411,12 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
     ends although it has a length), iteration stops there; an input without a length makes an
     epoch end when the input's epoch ends.
 
+    Resuming: the k-th shuffle draws from a RandomState seeded from (base seed, k). The state
+    holds no data: the numbers of the entries in the buffer (one int per buffered entry, in
+    buffer order), the input's state from before the oldest of them was read, and counters. A
+    restore re-reads the input from there up to where the buffer was, keeps the entries that
+    were in the buffer, and continues; the re-read datapoints are not yielded again.
+
     Example::
 
         df = LocallyShuffleData(DataFromList(records, shuffle=False), buffer_size=1000)
@@ -296,59 +430,177 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
             shuffle_interval = max(1, self.buffer_size // 3)
         self.shuffle_interval = check_positive_int("LocallyShuffleData", "shuffle_interval", shuffle_interval)
         self._guard = DataFlowReentrantGuard("LocallyShuffleData")
+        self._clear()
+
+    def _clear(self) -> None:
         self._buffer: deque = deque()
+        self._slots: deque = deque()        # the entry number of each buffered datapoint
+        self._held: Dict[int, int] = {}    # input datapoint number -> its entries in the buffer
+        self._before: deque = deque()      # (input datapoint number, input state before it)
         self._source: Optional[Iterator[Any]] = None
         self._entries = 0
+        self._produced = 0
+        self._since_epoch = 0
+        self._record = False
+        self._restore: Optional[Dict[str, Any]] = None
 
     def reset_state(self) -> None:
         ProxyDataFlow.reset_state(self)
         RNGDataFlow.reset_state(self)
         if self._source is not None:
             close_iterators([self._source])
-        self._buffer = deque()
-        self._source = None
-        self._entries = 0
+        self._clear()
 
     def __len__(self) -> int:
         return length_of(self, self.ds) * self.num_reuse
 
-    def _entries_forever(self) -> Iterator[Any]:
-        """Input datapoints, each ``num_reuse`` times, epoch after epoch; ``END`` between epochs."""
+    def _entries_from(self, first_entry: int) -> Iterator[Any]:
+        """Input datapoints, each ``num_reuse`` times, epoch after epoch, as (entry number, dp);
+        ``END`` between epochs. Records the input's state before each datapoint it reads."""
+        ds, reuse, entry = self.ds, self.num_reuse, first_entry
         while True:
-            for dp in self.ds:
-                for _ in range(self.num_reuse):
-                    yield dp
+            itr = iter(ds)
+            try:
+                while True:
+                    if self._record:
+                        self._before.append((entry // reuse, ds.get_state()))
+                    dp = next(itr, END)
+                    if dp is END:
+                        if self._record:
+                            self._before.pop()
+                        break
+                    for _ in range(reuse):
+                        yield entry, dp
+                        entry += 1
+            finally:
+                close_iterators([itr])
             yield END
 
+    def _replay(self, restore: Dict[str, Any]) -> None:
+        """Re-read the input from the restored anchor up to the restored entry count and rebuild
+        the buffer (the input is already at the anchor's state)."""
+        slots = restore["slots"]
+        wanted = set(slots)
+        found: Dict[int, Any] = {}
+        entry = restore["anchor_entry"]
+        self._source = self._entries_from(entry)
+        while entry < restore["entries"]:
+            item = next(self._source)
+            if item is END:
+                continue
+            entry, dp = item
+            if entry in wanted:
+                found[entry] = dp
+            entry += 1
+        self._buffer = deque(found[e] for e in slots)
+        self._slots = deque(slots)
+        self._held = {}
+        for e in slots:
+            self._held[e // self.num_reuse] = self._held.get(e // self.num_reuse, 0) + 1
+        self._entries = restore["entries"]
+
     def __iter__(self) -> Iterator[Any]:
+        restore, self._restore = self._restore, None
+        self._produced = restore["produced"] if restore else 0
+        return self._epoch(restore)
+
+    def _epoch(self, restore: Optional[Dict[str, Any]]) -> Iterator[Any]:
         with self._guard:
-            rng = require_rng(self)
+            require_rng(self)
             target = get_length(self)
+            if restore is not None:
+                self._since_epoch = restore["since_epoch"]
             if self._source is None:
-                self._source = self._entries_forever()
-            buffer, interval = self._buffer, self.shuffle_interval * self.num_reuse
-            produced, since_epoch = 0, 0
-            while target is None or produced < target:
-                dp = next(self._source)
-                if dp is END:
+                self._record = is_resumable(self.ds)
+                if restore is not None and restore["entries"]:
+                    self._replay(restore)
+                else:
+                    self._source = self._entries_from(self._entries)
+            buffer, slots, held = self._buffer, self._slots, self._held
+            interval, reuse = self.shuffle_interval * self.num_reuse, self.num_reuse
+            while target is None or self._produced < target:
+                item = next(self._source)
+                if item is END:
                     if target is None:
+                        self._since_epoch = 0
                         return
-                    if since_epoch == 0:
+                    if self._since_epoch == 0:
                         raise RuntimeError("LocallyShuffleData: its input produced no datapoints in an "
                                            "epoch, so {} cannot be produced".format(target))
-                    since_epoch = 0
+                    self._since_epoch = 0
                     continue
-                since_epoch += 1
-                self._entries += 1
+                entry, dp = item
+                self._since_epoch += 1
+                self._entries = entry + 1
                 if self._entries % interval == 0:
-                    rng.shuffle(buffer)
+                    self._shuffle(self._entries // interval)
+                held[entry // reuse] = held.get(entry // reuse, 0) + 1
                 if len(buffer) < self.buffer_size:
                     buffer.append(dp)
+                    slots.append(entry)
                     continue
                 oldest = buffer.popleft()
+                gone = slots.popleft() // reuse
+                if held[gone] == 1:
+                    del held[gone]
+                    self._prune_before()
+                else:
+                    held[gone] -= 1
                 buffer.append(dp)
-                produced += 1
+                slots.append(entry)
+                self._produced += 1
                 yield oldest
+            self._produced = 0
+
+    def _shuffle(self, number: int) -> None:
+        """The ``number``-th shuffle of the buffer (its entry numbers move with it)."""
+        buffer, slots = self._buffer, self._slots
+        order = epoch_rng(self, self.base_seed, number).permutation(len(buffer)).tolist()
+        shuffled, numbers = [buffer[i] for i in order], [slots[i] for i in order]
+        buffer.clear()
+        buffer.extend(shuffled)
+        slots.clear()
+        slots.extend(numbers)
+
+    def _prune_before(self) -> Optional[int]:
+        """Forget the input states of datapoints that left the buffer for good; returns the
+        number of the input datapoint whose reuses are not all in yet (None if there is none)."""
+        reuse, before, held = self.num_reuse, self._before, self._held
+        current = (self._entries - 1) // reuse if self._entries % reuse else None
+        while before and before[0][0] not in held and before[0][0] != current:
+            before.popleft()
+        return current
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "seed", "entries", "slots", "anchor", "anchor_entry", "produced", "since_epoch"}``."""
+        before, held = self._before, self._held
+        current = self._prune_before()
+        reuse = self.num_reuse
+        if before and (before[0][0] in held or before[0][0] == current):
+            anchor_dp, anchor = before[0]
+            anchor_entry = anchor_dp * reuse
+        else:
+            anchor, anchor_entry = self.ds.get_state(), self._entries
+        return {"type": "LocallyShuffleData", "seed": self.base_seed, "entries": self._entries,
+                "slots": list(self._slots), "anchor": anchor, "anchor_entry": anchor_entry,
+                "produced": self._produced, "since_epoch": self._since_epoch}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"seed": int, "entries": int, "slots": list, "anchor": dict,
+                                          "anchor_entry": int, "produced": int, "since_epoch": int})
+        if len(state["slots"]) > self.buffer_size or any(
+                not state["anchor_entry"] <= e < state["entries"] for e in state["slots"]):
+            raise StateMismatchError("LocallyShuffleData.set_state: the state's buffer of {} entries does not "
+                                     "fit buffer_size={} and entries {}..{}".format(
+                                         len(state["slots"]), self.buffer_size, state["anchor_entry"],
+                                         state["entries"]))
+        if self._source is not None:
+            close_iterators([self._source])
+        self._clear()
+        self.ds.set_state(state["anchor"])
+        self.base_seed = state["seed"]
+        self._entries = state["entries"]
+        self._restore = state
 
 
 class CacheData(ProxyDataFlow):
@@ -359,6 +611,12 @@ class CacheData(ProxyDataFlow):
     discarded and the next one reads the input again (tensorpack would keep the partial cache
     and silently lose the rest of the data). ``reset_state()`` empties the cache.
 
+    Resuming: the state holds the input's state from before the cache was filled, the epoch and
+    position, and the base seed of the shuffles (epoch ``e`` is shuffled with a RandomState
+    seeded from (base seed, ``e``); the fill is epoch 0). A restore re-reads the input from that
+    state: during the fill, the datapoints already yielded (not yielded again); afterwards, the
+    whole first epoch, to rebuild the cache.
+
     Example::
 
         df = CacheData(MapData(DataFromList(files, shuffle=False), expensive_decode), shuffle=True)
@@ -368,14 +626,23 @@ class CacheData(ProxyDataFlow):
         super().__init__(ds)
         self.shuffle = shuffle
         self.rng = None
+        self.base_seed: Optional[int] = None
         self._cache: Optional[List[Any]] = None
         self._guard = DataFlowReentrantGuard("CacheData (while filling its cache)")
+        self._cursor = EpochCursor()
+        self._fill_start: Optional[Dict[str, Any]] = None
+        self._filling = False
+        self._fill_position = 0
+        self._restore: Optional[Dict[str, Any]] = None
 
     def reset_state(self) -> None:
         super().reset_state()
         if self.shuffle:
             self.rng = new_rng(self)
+            self.base_seed = int(self.rng.randint(0, 2 ** 32, dtype=np.int64))
         self._cache = None
+        self._cursor.reset()
+        self._fill_start, self._filling, self._fill_position, self._restore = None, False, 0, None
 
     def __len__(self) -> int:
         if self._cache is not None:
@@ -383,17 +650,60 @@ class CacheData(ProxyDataFlow):
         return length_of(self, self.ds)
 
     def __iter__(self) -> Iterator[Any]:
+        restore, self._restore = self._restore, None
+        if restore is not None:
+            if not restore["filled"]:
+                return self._fill(restore["position"])
+            self._fill_start = restore["input"]
+            self._cache = list(self.ds)
+            self._cursor.restore(restore["epoch"], restore["position"])
         cache = self._cache
         if cache is None:
-            return self._fill()
+            return self._fill(0)
+        epoch, start, token = self._cursor.begin()
         if not self.shuffle:
-            return iter(cache)
-        return map(cache.__getitem__, require_rng(self).permutation(len(cache)).tolist())
+            order: Sequence[int] = range(start, len(cache))
+        else:
+            require_rng(self)
+            order = epoch_rng(self, self.base_seed, epoch).permutation(len(cache))[start:].tolist()
+        return self._cursor.track(map(cache.__getitem__, order), token)
 
-    def _fill(self) -> Iterator[Any]:
+    def _fill(self, skip: int) -> Iterator[Any]:
         with self._guard:
-            cache = []
-            for dp in self.ds:
-                cache.append(dp)
-                yield dp
-            self._cache = cache
+            self._fill_start = self.ds.get_state() if is_resumable(self.ds) else None
+            self._filling, self._fill_position = True, 0
+            try:
+                cache = []
+                for dp in self.ds:
+                    cache.append(dp)
+                    self._fill_position = len(cache)
+                    if self._fill_position > skip:
+                        yield dp
+                self._cache = cache
+                self._cursor.restore(1, 0)
+            finally:
+                self._filling = False
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "filled", "input", "epoch", "position", "seed"}``; ``input`` is the input's
+        state from before the cache was filled (its current state before any fill)."""
+        if self._cache is None and not self._filling:
+            return {"type": "CacheData", "filled": False, "input": self.ds.get_state(), "epoch": 0,
+                    "position": 0, "seed": self.base_seed}
+        if self._fill_start is None:
+            self.ds.check_resumable()
+        if self._cache is None:
+            return {"type": "CacheData", "filled": False, "input": self._fill_start, "epoch": 0,
+                    "position": self._fill_position, "seed": self.base_seed}
+        return {"type": "CacheData", "filled": True, "input": self._fill_start, "epoch": self._cursor.epoch,
+                "position": self._cursor.position, "seed": self.base_seed}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"filled": bool, "input": dict, "epoch": int, "position": int,
+                                          "seed": (int, type(None))})
+        if self.shuffle and state["seed"] is None:
+            raise StateMismatchError("CacheData.set_state: shuffle=True needs a seed in the state, got None (a "
+                                     "state of an unshuffled CacheData?)")
+        self.ds.set_state(state["input"])
+        self.base_seed = state["seed"] if self.shuffle else None
+        self._cache, self._restore = None, state
