@@ -56,9 +56,6 @@ def test_zmq_input_drops_and_counts_bad_datapoints_and_trains_on(caplog):
     source.close()
 
 
-@pytest.mark.skipif("empty" not in inspect.signature(RemoteDataZMQ.receive).parameters,
-                    reason="needs RemoteDataZMQ.receive(timeout, empty=...) (asked of files-wire, "
-                           "/work/notes/input-source-needs-remote.md): a None datapoint looks like silence")
 def test_none_datapoint_is_rejected_and_counted():
     source = ZMQInput("tcp://127.0.0.1:*", hwm=20)
     graph, (x, label) = build(source)

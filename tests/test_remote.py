@@ -113,6 +113,34 @@ def test_bad_messages_are_dropped_with_a_warning_and_good_data_still_arrives(cap
             context.term()
 
 
+def test_a_none_datapoint_is_dropped_and_counted_and_receive_tells_it_from_silence(caplog):
+    with RemoteDataZMQ("tcp://127.0.0.1:*") as df:
+        df.reset_state()
+        nothing = object()
+        assert df.receive(0.05, empty=nothing) is nothing          # silence
+        context = zmq.Context()
+        sender = context.socket(zmq.PUSH)
+        try:
+            sender.connect(df.endpoints[0])
+            sender.send_multipart(serialize.dumps_frames(None), copy=False)
+            deadline = time.monotonic() + 10
+            got = nothing
+            while got is nothing and time.monotonic() < deadline:
+                got = df.receive(0.1, empty=nothing)
+            assert got is None                                          # a sender's None, not silence
+            with caplog.at_level(logging.WARNING, logger="inputpipe"):
+                sender.send_multipart(serialize.dumps_frames(None), copy=False)
+                sender.send_multipart(serialize.dumps_frames([3]), copy=False)
+                iterator = iter(df)
+                assert next(iterator) == [3]                            # iteration skips the None
+                iterator.close()
+            assert df.rejected == 1
+            assert any("a datapoint that is None" in r.getMessage() for r in caplog.records)
+        finally:
+            sender.close(linger=0)
+            context.term()
+
+
 def test_a_frame_above_the_limit_drops_the_connection_and_the_sender_recovers():
     with RemoteDataZMQ("tcp://127.0.0.1:*", max_bytes=1 << 20) as df:
         df.reset_state()

@@ -334,30 +334,45 @@ class RemoteDataZMQ(DataFlow):
         logger.info("%s %s %s", type(self).__name__, "listening on" if self.bind else "connected to",
                     ", ".join(self._endpoints))
 
-    def receive(self, timeout: float) -> Optional[Any]:
-        """One datapoint, or None if none came within ``timeout`` seconds (or it is closed)."""
+    def receive(self, timeout: float, empty: Any = None) -> Any:
+        """One datapoint, or ``empty`` if none came within ``timeout`` seconds, the receiver is
+        closed, or the message was rejected (counted in :attr:`rejected`). Pass a sentinel as
+        ``empty`` to tell a sender's ``None`` datapoint from silence.
+
+        Example::
+
+            nothing = object()
+            datapoint = receiver.receive(0.5, empty=nothing)
+            if datapoint is nothing:
+                ...   # no datapoint this time
+        """
         if self._socket is None:
             raise RuntimeError("{}: call reset_state() before receiving".format(type(self).__name__))
         with self._lock:
             if self._closed.is_set() or not self._socket.poll(int(timeout * 1000)):
-                return None
+                return empty
             try:
                 frames = receive_bounded(self._socket, self.max_frames, self.max_bytes)
             except MessageRejected as err:
                 self._rejections.record(err)
-                return None
+                return empty
         try:
             return serialize.loads_frames(frames, max_bytes=self.max_bytes, max_frames=self.max_frames)
         except serialize.WireFormatError as err:
             self._rejections.record(err)
-            return None
+            return empty
 
     def __iter__(self) -> Iterator[Any]:
+        nothing = object()
         with self._guard:
             while not self._closed.is_set():
-                dp = self.receive(POLL_INTERVAL)
-                if dp is not None:
-                    yield dp
+                dp = self.receive(POLL_INTERVAL, empty=nothing)
+                if dp is nothing:
+                    continue
+                if dp is None:  # a sender's None is no datapoint: dropped and counted like a bad message
+                    self._rejections.record(ValueError("a datapoint that is None"))
+                    continue
+                yield dp
 
     def close(self) -> None:
         """Close the socket (safe from another thread) and remove ipc:// socket files."""

@@ -11,7 +11,6 @@ Example::
     source = ZMQInput("tcp://0.0.0.0:8877", hwm=50)
     source.setup(specs)
 """
-import inspect
 import threading
 import time
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
@@ -89,10 +88,8 @@ class ZMQInput(QueueInput):
 
     def _receiver(self) -> Callable[[float], Any]:
         """``receive(timeout)`` returning ``_NOTHING`` when nothing came, so a None datapoint is
-        seen as one (needs ``RemoteDataZMQ.receive(..., empty=)``; without it None means nothing)."""
-        if "empty" in inspect.signature(self.ds.receive).parameters:
-            return lambda timeout: self.ds.receive(timeout, empty=_NOTHING)
-        return lambda timeout: _NOTHING if (datapoint := self.ds.receive(timeout)) is None else datapoint
+        seen as one (and rejected)."""
+        return lambda timeout: self.ds.receive(timeout, empty=_NOTHING)
 
     def _reject(self, reason: str) -> None:
         with self._reject_lock:
