@@ -9,13 +9,17 @@ Example::
 """
 import itertools
 import operator
-from typing import Any, Dict, Hashable, Iterator, List, Sequence, Union
+from collections import deque
+from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
 from ..utils.buffers import ALIGN_MIN_BYTES, aligned_empty
-from ._helpers import check_positive_int, length_of
-from .base import DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, get_length
+from ._helpers import close_iterators, check_positive_int, length_of
+from .base import (
+    DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, StateMismatchError, check_state,
+    get_length, is_resumable,
+)
 
 __all__ = ["BatchData", "BatchDataByShape"]
 
@@ -41,6 +45,7 @@ def _mismatch(key: Hashable, values: Sequence[Any], bad: int) -> ValueError:
 
 
 _get_dtype = operator.attrgetter("dtype")
+_END = object()
 
 
 def _stack(values: Sequence[Any], first: Any) -> np.ndarray:
@@ -198,6 +203,9 @@ class BatchData(ProxyDataFlow):
     dtypes. With ``remainder=True`` the last, smaller batch of an epoch is produced too;
     otherwise it is dropped. The input may have no length (then neither has the BatchData).
 
+    Its state is the input's state (a batch is yielded right after its last datapoint was
+    read) and whether the epoch's last, partial batch was the last thing yielded.
+
     Example::
 
         df = BatchData(DataFromList([[np.zeros(3, "float32"), i] for i in range(10)]), 4)
@@ -210,6 +218,8 @@ class BatchData(ProxyDataFlow):
         self.batch_size = check_positive_int(type(self).__name__, "batch_size", batch_size)
         self.remainder = remainder
         self.use_list = use_list
+        self._ended = False
+        self._resume_ended = False
         if not remainder:
             size = get_length(ds)
             if size is not None and self.batch_size > size:
@@ -222,19 +232,43 @@ class BatchData(ProxyDataFlow):
         batches, rest = divmod(size, self.batch_size)
         return batches + int(bool(rest) and self.remainder)
 
+    def reset_state(self) -> None:
+        super().reset_state()
+        self._ended = self._resume_ended = False
+
     def __iter__(self) -> Iterator[Any]:
+        ended, self._resume_ended = self._resume_ended, False
+        self._ended = False
+        if ended:  # restored after the epoch's partial batch: the epoch's end comes next
+            return iter(())
+        return self._batches()
+
+    def _batches(self) -> Iterator[Any]:
         itr = iter(self.ds)
         batch_size, use_list = self.batch_size, self.use_list
         while True:
             holder = list(itertools.islice(itr, batch_size))
             if len(holder) < batch_size:
                 if holder and self.remainder:
-                    yield _aggregate(holder, use_list)
+                    self._ended = True
+                    try:
+                        yield _aggregate(holder, use_list)
+                    finally:
+                        self._ended = False
                 return
             yield _aggregate(holder, use_list)
             # drop the batched datapoints now, not once the next batch is complete: a parallel
             # DataFlow's shared memory behind them is then free while the next batch is collected
             del holder
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "input", "ended"}``."""
+        return {"type": type(self).__name__, "input": self.ds.get_state(), "ended": self._ended}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"input": dict, "ended": bool})
+        self.ds.set_state(state["input"])
+        self._resume_ended = state["ended"]
 
     @staticmethod
     def aggregate_batch(data_holder: List[Any], use_list: bool = False) -> Union[List[Any], Dict[Any, Any]]:
@@ -257,6 +291,11 @@ class BatchDataByShape(BatchData):
     the end of an epoch are kept and continue in the next epoch (until ``reset_state()``), so this
     flow is not re-entrant and has no length.
 
+    Resuming: the state holds no data, only the numbers of the datapoints waiting in groups and
+    the input's state from before the oldest of them was read. A restore re-reads the input from
+    there to where it was (across epochs if the groups are that old), puts the waiting
+    datapoints back into their groups, and continues; nothing is yielded twice.
+
     Example::
 
         df = BatchDataByShape(images_of_various_sizes, 8, idx=0)
@@ -265,26 +304,99 @@ class BatchDataByShape(BatchData):
     def __init__(self, ds: DataFlow, batch_size: int, idx: Hashable):
         super().__init__(ds, batch_size)
         self.idx = idx
-        self._groups: Dict[Any, List[Any]] = {}
         self._guard = DataFlowReentrantGuard("BatchDataByShape")
+        self._clear()
+
+    def _clear(self) -> None:
+        self._groups: Dict[Any, List[Any]] = {}    # shape -> [(datapoint number, datapoint)]
+        self._read = 0                              # input datapoints read since reset_state()
+        self._before: deque = deque()               # (datapoint number, input state before it)
+        self._restore: Optional[Dict[str, Any]] = None
 
     def reset_state(self) -> None:
         super().reset_state()
-        self._groups = {}
+        self._clear()
 
     def __len__(self) -> int:
         raise DataFlowLengthUnknown("BatchDataByShape has no length: it depends on the shapes")
 
     def __iter__(self) -> Iterator[Any]:
+        restore, self._restore = self._restore, None
+        return self._by_shape(restore)
+
+    def _next(self, itr: Iterator[Any], record: bool) -> Any:
+        if record:
+            self._before.append((self._read, self.ds.get_state()))
+        dp = next(itr, _END)
+        if dp is _END:
+            if record:
+                self._before.pop()
+        else:
+            self._read += 1
+        return dp
+
+    def _replay(self, restore: Dict[str, Any], record: bool) -> Iterator[Any]:
+        """Re-read from the restored anchor; returns the input iterator positioned where it was."""
+        wanted = set(restore["held"])
+        self._read = restore["anchor_index"]
+        itr = iter(self.ds)
+        while self._read < restore["read"]:
+            dp = self._next(itr, record)
+            if dp is _END:
+                itr = iter(self.ds)
+                continue
+            if self._read - 1 in wanted:
+                self._groups.setdefault(np.shape(dp[self.idx]), []).append((self._read - 1, dp))
+        return itr
+
+    def _by_shape(self, restore: Optional[Dict[str, Any]]) -> Iterator[Any]:
         with self._guard:
-            groups, idx, batch_size = self._groups, self.idx, self.batch_size
-            for dp in self.ds:
-                shape = np.shape(dp[idx])
-                group = groups.setdefault(shape, [])
-                group.append(dp)
-                if len(group) == batch_size:
-                    # Taken out of the groups before it is batched and yielded: a consumer that
-                    # stops at this batch, or a batching error, must not leave a full group behind
-                    # (it would never reach batch_size again and would grow without bound).
-                    del groups[shape]
-                    yield _aggregate(group, self.use_list)
+            record = is_resumable(self.ds)
+            itr = self._replay(restore, record) if restore is not None else iter(self.ds)
+            try:
+                groups, idx, batch_size = self._groups, self.idx, self.batch_size
+                while True:
+                    dp = self._next(itr, record)
+                    if dp is _END:
+                        return
+                    shape = np.shape(dp[idx])
+                    group = groups.setdefault(shape, [])
+                    group.append((self._read - 1, dp))
+                    if len(group) == batch_size:
+                        # Taken out of the groups before it is batched and yielded: a consumer that
+                        # stops at this batch, or a batching error, must not leave a full group behind
+                        # (it would never reach batch_size again and would grow without bound).
+                        del groups[shape]
+                        self._prune()
+                        yield _aggregate([member for _, member in group], self.use_list)
+            finally:
+                close_iterators([itr])
+
+    def _prune(self) -> Optional[int]:
+        """Forget input states older than the oldest waiting datapoint; returns its number."""
+        oldest = min((group[0][0] for group in self._groups.values()), default=None)
+        before = self._before
+        while before and (oldest is None or before[0][0] < oldest):
+            before.popleft()
+        return oldest
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "anchor", "anchor_index", "read", "held"}``: the input's state before datapoint
+        number ``anchor_index``, how many were read, and the numbers of the waiting ones."""
+        oldest = self._prune()
+        if oldest is None:
+            anchor, anchor_index = self.ds.get_state(), self._read
+        else:
+            anchor_index, anchor = self._before[0]
+        held = sorted(number for group in self._groups.values() for number, _ in group)
+        return {"type": "BatchDataByShape", "anchor": anchor, "anchor_index": anchor_index, "read": self._read,
+                "held": held}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"anchor": dict, "anchor_index": int, "read": int, "held": list})
+        if any(not state["anchor_index"] <= n < state["read"] for n in state["held"]):
+            raise StateMismatchError("BatchDataByShape.set_state: waiting datapoints {} are outside the read "
+                                     "range {}..{}".format(state["held"], state["anchor_index"], state["read"]))
+        self._clear()
+        self.ds.set_state(state["anchor"])
+        self._restore = state

@@ -8,13 +8,13 @@ Example::
     assert list(df) == [[0], [1]]
 """
 import itertools
-from typing import Any, Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Sequence
 
 import numpy as np
 
 from ..utils.logger import get_logger
-from ._helpers import END, close_flows, close_iterators, length_of
-from .base import DataFlow, DataFlowLengthUnknown, RNGDataFlow, get_length, require_rng
+from ._helpers import END, EpochCursor, close_flows, close_iterators, epoch_rng, input_states, length_of, restore_inputs
+from .base import DataFlow, DataFlowLengthUnknown, RNGDataFlow, StateMismatchError, check_state, get_length, require_rng
 
 __all__ = ["RandomChooseData", "RandomMixData", "ConcatData", "JoinData"]
 
@@ -33,6 +33,10 @@ class RandomChooseData(RNGDataFlow):
 
     ``df_lists`` is a list of DataFlows (chosen with equal probability) or of
     ``(DataFlow, probability)`` pairs whose probabilities sum to 1. No length.
+
+    Epoch ``e`` draws its choices from a RandomState seeded from (base seed, ``e``); the state is
+    (epoch, datapoints yielded, base seed, the inputs' states), and a restore redraws the choices
+    already made.
 
     Example::
 
@@ -55,8 +59,11 @@ class RandomChooseData(RNGDataFlow):
         else:
             self.df_lists = [(df, 1.0 / len(entries)) for df in entries]
 
+        self._cursor = EpochCursor()
+
     def reset_state(self) -> None:
         super().reset_state()
+        self._cursor.reset()
         for df, _ in self.df_lists:
             df.reset_state()
 
@@ -68,26 +75,51 @@ class RandomChooseData(RNGDataFlow):
         raise DataFlowLengthUnknown("RandomChooseData has no length: it stops at a random point")
 
     def __iter__(self) -> Iterator[Any]:
-        rng = require_rng(self)
+        require_rng(self)
+        epoch, start, token = self._cursor.begin()
+        return self._cursor.track(self._choose(epoch_rng(self, self.base_seed, epoch), start), token)
+
+    def _choose(self, rng: np.random.RandomState, skip: int) -> Iterator[Any]:
         iterators = [iter(df) for df, _ in self.df_lists]
         probs = np.array([prob for _, prob in self.df_lists])
         probs /= probs.sum()  # accepted within 1e-6 of 1; numpy's choice() needs ~1e-8
         try:
             while True:
-                for k in rng.choice(len(iterators), size=256, p=probs).tolist():
+                choices = rng.choice(len(iterators), size=256, p=probs).tolist()
+                if skip >= 256:  # a restore: these choices were made before the state was saved
+                    skip -= 256
+                    continue
+                for k in choices[skip:]:
                     dp = next(iterators[k], END)
                     if dp is END:
                         return
                     yield dp
+                skip = 0
         finally:
             close_iterators(iterators)
+
+    def _state_inputs(self) -> List[DataFlow]:
+        return [df for df, _ in self.df_lists]
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "epoch", "position", "seed", "inputs"}``."""
+        return {"type": "RandomChooseData", "epoch": self._cursor.epoch, "position": self._cursor.position,
+                "seed": self.base_seed, "inputs": input_states(self._state_inputs())}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"epoch": int, "position": int, "seed": int, "inputs": list})
+        restore_inputs(self, self._state_inputs(), state["inputs"])
+        self.base_seed = state["seed"]
+        self._cursor.restore(state["epoch"], state["position"])
 
 
 class RandomMixData(RNGDataFlow):
     """All datapoints of several flows, interleaved in a random order (each flow keeps its own
     order); the length is the sum of the inputs' lengths, which every input must have.
 
-    An input that produces fewer or more datapoints than its length is an error.
+    An input that produces fewer or more datapoints than its length is an error. Epoch ``e`` is
+    interleaved by a RandomState seeded from (base seed, ``e``); the state is (epoch, position,
+    base seed, the inputs' states).
 
     Example::
 
@@ -98,6 +130,7 @@ class RandomMixData(RNGDataFlow):
         super().__init__()
         self.df_lists = _check_flows("RandomMixData", df_lists)
         self._sizes()
+        self._cursor = EpochCursor()
 
     def _sizes(self) -> List[int]:
         return [length_of(self, df, "its input {} ({})".format(k, type(df).__name__))
@@ -105,6 +138,7 @@ class RandomMixData(RNGDataFlow):
 
     def reset_state(self) -> None:
         super().reset_state()
+        self._cursor.reset()
         for df in self.df_lists:
             df.reset_state()
 
@@ -116,13 +150,18 @@ class RandomMixData(RNGDataFlow):
         return sum(self._sizes())
 
     def __iter__(self) -> Iterator[Any]:
+        require_rng(self)
+        epoch, start, token = self._cursor.begin()
         sizes = self._sizes()
         order = np.repeat(np.arange(len(sizes)), sizes)
-        require_rng(self).shuffle(order)
+        epoch_rng(self, self.base_seed, epoch).shuffle(order)
+        produced = np.bincount(order[:start], minlength=len(sizes)).tolist()
+        return self._cursor.track(self._mix(order[start:].tolist(), sizes, produced), token)
+
+    def _mix(self, order: List[int], sizes: List[int], produced: List[int]) -> Iterator[Any]:
         iterators = [iter(df) for df in self.df_lists]
-        produced = [0] * len(sizes)
         try:
-            for k in order.tolist():
+            for k in order:
                 dp = next(iterators[k], END)
                 if dp is END:
                     raise RuntimeError("RandomMixData: input {} ({}) produced {} datapoints but its "
@@ -137,6 +176,23 @@ class RandomMixData(RNGDataFlow):
         finally:
             close_iterators(iterators)
 
+    def _state_inputs(self) -> List[DataFlow]:
+        return list(self.df_lists)
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "epoch", "position", "seed", "inputs"}``."""
+        return {"type": "RandomMixData", "epoch": self._cursor.epoch, "position": self._cursor.position,
+                "seed": self.base_seed, "inputs": input_states(self.df_lists)}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"epoch": int, "position": int, "seed": int, "inputs": list})
+        if not 0 <= state["position"] <= len(self):
+            raise StateMismatchError("RandomMixData.set_state: position {} is outside an epoch of {}".format(
+                state["position"], len(self)))
+        restore_inputs(self, self.df_lists, state["inputs"])
+        self.base_seed = state["seed"]
+        self._cursor.restore(state["epoch"], state["position"])
+
 
 class ConcatData(DataFlow):
     """All datapoints of the first flow, then of the second, and so on.
@@ -150,8 +206,11 @@ class ConcatData(DataFlow):
 
     def __init__(self, df_lists: Sequence[DataFlow]):
         self.df_lists = _check_flows("ConcatData", df_lists)
+        self._index = 0
+        self._resume_at = 0
 
     def reset_state(self) -> None:
+        self._index = self._resume_at = 0
         for df in self.df_lists:
             df.reset_state()
 
@@ -164,7 +223,32 @@ class ConcatData(DataFlow):
                    for k, df in enumerate(self.df_lists))
 
     def __iter__(self) -> Iterator[Any]:
-        return itertools.chain.from_iterable(self.df_lists)
+        start, self._resume_at = self._resume_at, 0
+        self._index = start
+        return self._concat(start)
+
+    def _concat(self, start: int) -> Iterator[Any]:
+        try:
+            for index in range(start, len(self.df_lists)):
+                self._index = index
+                yield from self.df_lists[index]
+        finally:
+            self._index = 0
+
+    def _state_inputs(self) -> List[DataFlow]:
+        return list(self.df_lists)
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "index", "inputs"}``: the input being read and every input's state."""
+        return {"type": "ConcatData", "index": self._index, "inputs": input_states(self.df_lists)}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"index": int, "inputs": list})
+        if not 0 <= state["index"] < len(self.df_lists):
+            raise StateMismatchError("ConcatData.set_state: index {} is outside its {} inputs".format(
+                state["index"], len(self.df_lists)))
+        restore_inputs(self, self.df_lists, state["inputs"])
+        self._index = self._resume_at = state["index"]
 
 
 class JoinData(DataFlow):
@@ -204,6 +288,16 @@ class JoinData(DataFlow):
                 yield self._join(parts)
         finally:
             close_iterators(iterators)
+
+    def _state_inputs(self) -> List[DataFlow]:
+        return list(self.df_lists)
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "inputs"}``: every input's state (each has given one datapoint per output)."""
+        return {"type": "JoinData", "inputs": input_states(self.df_lists)}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        restore_inputs(self, self.df_lists, check_state(self, state, {"inputs": list})["inputs"])
 
     @staticmethod
     def _join(parts: Sequence[Any]) -> Any:
