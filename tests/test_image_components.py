@@ -311,6 +311,11 @@ def test_image_from_file_matches_tensorpack(tmp_path):
     given = list(paths)
     got = image_from_file_cases(flows, paths)
     for key, value in got.items():
+        if key == "shuffled":
+            # inputpipe's shuffle is its own stream: epoch e is a permutation drawn from (base seed, e),
+            # so a restored state repeats it (tensorpack shuffles its list in place, cumulatively);
+            # tests/test_resume_flows_sources.py checks the epochs are permutations and resume exactly.
+            continue
         assert value == EXPECTED[key], key
     assert paths == given   # tensorpack shuffles the caller's list in place; inputpipe shuffles its own copy
     df = ImageFromFile(paths)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..utils.logger import get_logger
 from ._helpers import close_iterators
-from .base import DataFlow, ProxyDataFlow
+from .base import DataFlow, ProxyDataFlow, check_state
 
 __all__ = ["PrintData", "TestDataSpeed"]
 
@@ -126,6 +126,13 @@ class PrintData(ProxyDataFlow):
                 self._count += 1
             yield dp
 
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "input"}``: it passes datapoints through, so its state is its input's."""
+        return {"type": type(self).__name__, "input": self.ds.get_state()}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        self.ds.set_state(check_state(self, state, {"input": dict})["input"])
+
 
 # ---------------------------------------------------------------------------------------------
 # Speed test
@@ -203,3 +210,6 @@ class TestDataSpeed(ProxyDataFlow):
     def __iter__(self) -> Iterator[Any]:
         self.start()
         yield from self.ds
+
+    get_state = PrintData.get_state
+    set_state = PrintData.set_state

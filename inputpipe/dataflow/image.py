@@ -16,12 +16,13 @@ Example::
 """
 import copy as copy_module
 import os
-from typing import Any, Hashable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..utils.logger import get_logger
-from .base import DataFlow, RNGDataFlow, require_rng
+from ._helpers import EpochCursor, epoch_rng
+from .base import DataFlow, RNGDataFlow, StateMismatchError, check_state, require_rng
 from .common import MapData, MapDataComponent
 
 __all__ = ["ImageFromFile", "AugmentImageComponent", "AugmentImageCoordinates", "AugmentImageComponents"]
@@ -269,9 +270,11 @@ class ImageFromFile(RNGDataFlow):
     ``channel=3`` gives (h, w, 3) uint8 images in RGB order (a grayscale file is expanded to three
     channels, as in tensorpack); ``channel=1`` gives (h, w, 1) grayscale images. ``resize`` (an
     int or an (h, w) pair) resizes every image with bilinear interpolation. With
-    ``shuffle=True`` the files are visited in a new order every epoch, drawn from this flow's
-    RNG (the order of the list you passed is not changed). A file OpenCV cannot read is an
-    ``OSError`` naming it. Needs OpenCV (``pip install "inputpipe[image]"``).
+    ``shuffle=True`` the files are visited in a new order every epoch: epoch ``e`` is a
+    permutation of the list you passed, drawn from a RandomState seeded from (this flow's base
+    seed, ``e``) (tensorpack shuffled its list in place, cumulatively). A file OpenCV cannot read
+    is an ``OSError`` naming it. Needs OpenCV (``pip install "inputpipe[image]"``). Its state is
+    (epoch, position, number of files, base seed).
 
     Example::
 
@@ -292,18 +295,46 @@ class ImageFromFile(RNGDataFlow):
             raise ValueError("ImageFromFile: channel must be 1 or 3, got {!r}".format(channel))
         self.resize = None if resize is None else _imgaug_shape2d("ImageFromFile", resize)
         self.shuffle = shuffle
+        self._cursor = EpochCursor()
         _import_cv2("ImageFromFile")  # fail at construction, not in a worker, when OpenCV is missing
 
     def __len__(self) -> int:
         return len(self.files)
 
+    def reset_state(self) -> None:
+        super().reset_state()
+        self._cursor.reset()
+
     def __iter__(self) -> Iterator[List[np.ndarray]]:
-        cv2 = _import_cv2("ImageFromFile")
+        epoch, start, token = self._cursor.begin()
         if self.shuffle:
-            # In place and cumulative over epochs, like tensorpack, but on this flow's own copy.
-            require_rng(self).shuffle(self.files)
+            require_rng(self)
+            files = [self.files[i] for i in epoch_rng(self, self.base_seed, epoch).permutation(len(self.files))]
+        else:
+            files = list(self.files)
+        return self._cursor.track(self._read(files[start:]), token)
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "epoch", "position", "size", "seed"}``."""
+        return {"type": "ImageFromFile", "epoch": self._cursor.epoch, "position": self._cursor.position,
+                "size": len(self.files), "seed": self.base_seed if self.shuffle else None}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"epoch": int, "position": int, "size": int, "seed": (int, type(None))})
+        if state["size"] != len(self.files) or not 0 <= state["position"] <= state["size"] \
+                or (self.shuffle and state["seed"] is None):
+            raise StateMismatchError("ImageFromFile.set_state: the state is of {} files at position {} (seed {}), "
+                                     "but this flow has {} files (shuffle={})".format(
+                                         state["size"], state["position"], state["seed"], len(self.files),
+                                         self.shuffle))
+        if self.shuffle:
+            self.base_seed = state["seed"]
+        self._cursor.restore(state["epoch"], state["position"])
+
+    def _read(self, files: List[str]) -> Iterator[List[np.ndarray]]:
+        cv2 = _import_cv2("ImageFromFile")
         mode = cv2.IMREAD_GRAYSCALE if self.channel == 1 else cv2.IMREAD_COLOR
-        for fname in list(self.files):
+        for fname in files:
             image = cv2.imread(fname, mode)
             if image is None:
                 raise OSError("ImageFromFile: cannot read the image file {!r} (it is missing, unreadable "
