@@ -117,12 +117,14 @@ def test_statistics_every_step_without_extra_runs(caplog):
     steps = 25
     with caplog.at_level(logging.WARNING, logger="inputpipe"):
         with CountingSession(graph=graph) as sess, hooked_session(sess, source) as run:
+            runs_at_start = CountingSession.main_runs     # one: the input position record's reset
             for _ in range(steps):
                 run(label)
-            runs_for_steps = CountingSession.main_runs
+            runs_for_steps = CountingSession.main_runs - runs_at_start
             with graph.as_default():
                 merged = tf.compat.v1.summary.merge_all()
             summary = tf.compat.v1.Summary.FromString(run(merged))
+    assert runs_at_start == 1
     assert runs_for_steps == steps                  # stats rode along in the training runs
     stats = source.stats
     assert stats.steps == steps                     # running the summaries consumed no batch

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from ..dataflow.base import NotResumableError
 from ..utils.logger import get_logger
 from .dependency import FetchDependencies
 from .errors import InputSourceError, failure_error
@@ -43,7 +44,9 @@ class Tower:
     staging, an optional ``real`` bool tensor: False when the tensors are filler read after the
     end of the data (see :meth:`InputSource._read_for_staging`), with an optional string
     ``problem`` tensor: non-empty when the element read was bad (then ``real`` is False and the
-    tensors are filler), saying why.
+    tensors are filler), saying why. ``seq``: for a tower built for staging by a source that
+    tracks its input position, the int64 tensor numbering the batch read (the wrapper records it
+    when a step consumes the batch, see :mod:`~inputpipe.input_source.position`).
 
     Example::
 
@@ -53,7 +56,7 @@ class Tower:
     def __init__(self, tensors: List[tf.Tensor], consume_op: Any,
                  run_ops: Sequence[Any] = (), stat_tensors: Optional[Dict[str, tf.Tensor]] = None,
                  feed_fn: Optional[Callable[[], Dict[Any, Any]]] = None, real: Optional[tf.Tensor] = None,
-                 problem: Optional[tf.Tensor] = None):
+                 problem: Optional[tf.Tensor] = None, seq: Optional[tf.Tensor] = None):
         self.tensors = tensors
         if consume_op is None:
             consume_op = []
@@ -63,6 +66,7 @@ class Tower:
         self.feed_fn = feed_fn
         self.real = real
         self.problem = problem
+        self.seq = seq
 
 
 def timed_input(make_outputs: Callable[[], Any]):
@@ -168,6 +172,20 @@ class InputSource:
         """Number of batches per epoch; raises ``NotImplementedError`` when unknown."""
         raise NotImplementedError("{} has no known size".format(self.name))
 
+    def get_state(self, session: Optional[tf.compat.v1.Session] = None) -> Optional[Dict[str, Any]]:
+        """The state of the source's DataFlow after the last datapoint the training steps consumed
+        in ``session`` (default: the session the source runs in), or None when no step consumed
+        one yet in it (then the position is where the session started). Checkpoints save it
+        without this call (see ``docs/resuming.md``); raises ``NotResumableError`` for a source
+        that does not track a DataFlow position."""
+        return self._require_position().consumed_state(session or self._running_session())
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Continue the DataFlow from ``state`` (a :meth:`get_state` value) when the source
+        starts in its next session, instead of at the beginning. Raises ``NotResumableError``
+        when the source has no DataFlow position or its DataFlow chain is not resumable."""
+        self._require_position().pending(state)
+
     def close(self) -> None:
         """Stop every thread the source started and close its DataFlow (which stops the DataFlow's
         worker processes and threads). Idempotent. The end of a session (leaving
@@ -198,6 +216,21 @@ class InputSource:
         return False
 
     # -- for subclasses ------------------------------------------------------------------------
+    def _input_position(self) -> Optional[Any]:
+        """The :class:`~inputpipe.input_source.position.InputPosition` of the DataFlow this source
+        reads, or None (wrappers return the wrapped source's)."""
+        return None
+
+    def _running_session(self) -> Optional[tf.compat.v1.Session]:
+        """The session the source runs in (None when not running)."""
+        return getattr(self, "_session", None)
+
+    def _require_position(self) -> Any:
+        position = self._input_position()
+        if position is None:
+            raise NotResumableError("{} reads no DataFlow whose position it could save or restore".format(self.name))
+        return position
+
     def _setup(self, specs: List[tf.TensorSpec]) -> None:
         pass
 

@@ -9,14 +9,20 @@ Example::
 """
 from typing import Any, Dict, List, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from ..dataflow.base import get_length
 from ..utils.arguments import require_dataflow
+from ..utils.logger import get_logger
 from .base import InputSource, Tower
 from .errors import InputSourceError, failure_error
 from ._iteration import close_dataflow, iterate_datapoints
+from .placement import on_host
+from .position import InputPosition
 from .signature import DatapointConverter, signature_placeholder
+
+logger = get_logger(__name__)
 
 __all__ = ["PlaceholderInput", "FeedInput"]
 
@@ -51,6 +57,9 @@ class FeedInput(InputSource):
     of the DataFlow raises ``tf.errors.OutOfRangeError`` from the step (which
     ``MonitoredTrainingSession`` treats as a clean end).
 
+    The DataFlow's position is saved with TF checkpoints (``track_state=True``): each fed
+    datapoint carries a number that the consuming step records (one more fed scalar and op).
+
     Example::
 
         source = FeedInput(df, infinite=False)
@@ -61,10 +70,13 @@ class FeedInput(InputSource):
                 run(train_op)     # ends with OutOfRangeError after one epoch
     """
 
-    def __init__(self, ds: Any, infinite: bool = True):
+    def __init__(self, ds: Any, infinite: bool = True, *, track_state: bool = True):
         super().__init__()
         self.ds = require_dataflow(ds, type(self).__name__)
         self.infinite = infinite
+        self._position = InputPosition(self.name, self.ds, track=track_state)
+        self._track_state = bool(track_state)
+        self._session = None
         self._iterator = None
         self._claimed_feed: Optional[Dict[tf.Tensor, Any]] = None
         self._claims_ended = False    # a claim met the end: stays ended until reset_state()
@@ -86,9 +98,30 @@ class FeedInput(InputSource):
     def _setup(self, specs: List[tf.TensorSpec]) -> None:
         self._placeholders = [signature_placeholder(s, self.name) for s in specs]
         self._convert = DatapointConverter(specs, self.name)
+        with on_host():
+            self._seq = tf.compat.v1.placeholder_with_default(np.int64(-1), [], name="position")
+        self._position.build(4)
+        if self._track_state and not self._position.enabled:
+            logger.warning("%s: the input position will not be saved in checkpoints, so a restored session "
+                           "starts the data over: %s", self.name, self._position.reason)
 
     def _build_tower(self) -> Tower:
-        return Tower(list(self._placeholders), consume_op=[p.op for p in self._placeholders], feed_fn=self._take_feed)
+        consume = [p.op for p in self._placeholders]
+        if self._staged_reads:
+            return Tower(list(self._placeholders), consume_op=consume, feed_fn=self._take_feed, seq=self._seq)
+        return Tower(list(self._placeholders), consume_op=consume, feed_fn=self._take_feed,
+                     run_ops=[self._position.record_op(self._seq)])
+
+    def _input_position(self) -> Optional[InputPosition]:
+        return self._position
+
+    def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
+        if not self._reset_done:
+            self.reset_state()
+        self._session = session
+        state = self._position.start_session(session)
+        if state is not None:
+            self.ds.set_state(state)
 
     def _claim_batch(self, timeout: float) -> Optional[bool]:
         """Read the next datapoint ahead (kept for the next feed); False at the end of the data."""
@@ -120,13 +153,18 @@ class FeedInput(InputSource):
             self._iterator = None
             raise failure_error("{}: the DataFlow raised {}: {}".format(self.name, type(err).__name__, err),
                                 err) from err
-        return dict(zip(self._placeholders, self._convert(datapoint)))
+        seq = self._position.tag()
+        feed = dict(zip(self._placeholders, self._convert(datapoint)))
+        feed[self._seq] = seq
+        return feed
 
     def _close_data(self) -> None:
         close_dataflow(self.ds, self.name)
+        self._position.end_session()
         self._reset_done = False
 
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
+        self._session = None
         self._claimed_feed = None
         self._claims_ended = False
         iterator, self._iterator = self._iterator, None

@@ -13,6 +13,7 @@ Example::
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 from ..dataflow.base import get_length
@@ -24,6 +25,7 @@ from .errors import InputSourceError
 from .feeder import EnqueueThread
 from ._iteration import close_dataflow, iterate_datapoints
 from .placement import on_host
+from .position import InputPosition
 from .realign import RealigningEnqueue
 from .signature import DatapointConverter
 from .worker_feed import WorkerFeed
@@ -57,6 +59,15 @@ class QueueInput(FeedfreeInput):
     tuples, dicts). ``source.stats`` shows how much Python the DataFlow ran in the training
     process per step, and its input-bound warning says when to switch.
 
+    The position of the DataFlow is saved with every TF checkpoint and restored with it
+    (``track_state=True``, the default; see ``docs/resuming.md``): the feeding thread asks the
+    DataFlow for its state after each datapoint, numbers the datapoint (one more int64 component
+    in the queue) and the step that consumes it records the number in the graph. A restored
+    session continues after the last datapoint a saved step consumed; what was queued or staged
+    then is produced again. A DataFlow chain that is not resumable gets a warning at ``setup()``
+    and starts over after a restore. A queue passed as ``queue`` tracks the position when it has
+    the signature's dtypes followed by ``tf.int64``.
+
     TF shares the memory of 64-byte aligned arrays instead of copying them (see
     :mod:`inputpipe.utils.buffers`), so the DataFlow must not modify an array in place
     after yielding it. Large unaligned arrays are copied once, by TF's intra-op threads while the
@@ -75,13 +86,18 @@ class QueueInput(FeedfreeInput):
     default_capacity = 50
 
     def __init__(self, ds: Any, queue: Optional[tf.queue.QueueBase] = None, *, infinite: bool = True,
-                 in_worker: bool = False):
+                 in_worker: bool = False, track_state: bool = True):
         super().__init__()
         self.ds = require_dataflow(ds, type(self).__name__)
         self.queue = queue
         self.infinite = infinite
         self.in_worker = bool(in_worker)
         self._worker_feed = WorkerFeed(self.ds, self.name) if self.in_worker else None
+        self._position = InputPosition(self.name, self.ds, state_owner=self._worker_feed, track=track_state)
+        if self._position.enabled and self._worker_feed is not None:
+            self._position.disable(self._worker_feed.not_resumable_reason())
+        self._track_state = bool(track_state)
+        self._tagged = True          # the queue carries the position numbers (set up in _setup)
         self._thread: Optional[EnqueueThread] = None
         self._claimed = 0            # datapoints reserved by _claim_batch() in this session
         self._dequeued = 0           # datapoints the steps of this session took (without a wrapper)
@@ -113,7 +129,7 @@ class QueueInput(FeedfreeInput):
         return [s.shape for s in specs]
 
     def _make_queue(self, specs: List[tf.TensorSpec]) -> tf.queue.QueueBase:
-        return tf.queue.FIFOQueue(self.default_capacity, [s.dtype for s in specs], name="input_queue")
+        return tf.queue.FIFOQueue(self.default_capacity, [s.dtype for s in specs] + [tf.int64], name="input_queue")
 
     def _setup(self, specs: List[tf.TensorSpec]) -> None:
         shapes = self._element_shapes(specs)
@@ -123,35 +139,64 @@ class QueueInput(FeedfreeInput):
                                   for s, shape in zip(specs, shapes)]
             if self.queue is None:
                 self.queue = self._make_queue(specs)
+            self._tagged = len(self.queue.dtypes) == len(specs) + 1
+            if self._tagged:
+                self._placeholders.append(tf.compat.v1.placeholder(tf.int64, [], name="position"))
+            elif self._track_state:
+                self._position.disable("{}: the queue given has no int64 position component after the signature's "
+                                       "dtypes".format(self.name))
             self._check_queue(specs, shapes)
             self._enqueue_op = self.queue.enqueue(self._placeholders, name="enqueue")
             self._realign = RealigningEnqueue(self.queue, self._placeholders)
             self._close_op = self.queue.close(cancel_pending_enqueues=False, name="close")
             self._cancel_op = self.queue.close(cancel_pending_enqueues=True, name="close_and_cancel")
             self._size_op = self.queue.size(name="size")
+            self._position.build(self._queue_capacity() + 2 * self._claim_unit() + 2)
+        if self._track_state and not self._position.enabled:
+            logger.warning("%s: the input position will not be saved in checkpoints, so a restored session "
+                           "starts the data over: %s", self.name, self._position.reason)
 
     def _check_queue(self, specs: List[tf.TensorSpec], shapes: List[tf.TensorShape]) -> None:
         if getattr(self.queue.queue_ref, "graph", None) is not tf.compat.v1.get_default_graph():
             raise InputSourceError("{}: the queue was created outside the graph being built (eagerly or in "
                                    "another tf.Graph); create it inside `with graph.as_default():`".format(self.name))
         dtypes = list(self.queue.dtypes)
-        if dtypes != [s.dtype for s in specs]:
-            raise InputSourceError("{}: the queue holds dtypes {}, but the input signature {} needs {}".format(
-                self.name, [d.name for d in dtypes], [s.name for s in specs], [s.dtype.name for s in specs]))
+        wanted = [s.dtype for s in specs] + ([tf.int64] if self._tagged else [])
+        if dtypes != wanted:
+            raise InputSourceError("{}: the queue holds dtypes {}, but the input signature {} needs {} (optionally "
+                                   "followed by int64, the position)".format(
+                                       self.name, [d.name for d in dtypes], [s.name for s in specs],
+                                       [s.dtype.name for s in specs]))
         if self.queue.shapes is not None:
             for spec, want, have in zip(specs, shapes, self.queue.shapes):
                 if not want.is_compatible_with(have):
                     raise InputSourceError("{}: the queue's shape for {!r} is {}, the signature needs {}".format(
                         self.name, spec.name, have, want))
 
+    def _queue_capacity(self) -> int:
+        """Datapoints the queue holds at most (its ``capacity`` attribute; unbounded: 10000)."""
+        try:
+            capacity = int(self.queue.queue_ref.op.get_attr("capacity"))
+        except (ValueError, AttributeError):
+            capacity = -1
+        return capacity if capacity > 0 else 10000
+
     def _dequeue(self) -> List[tf.Tensor]:
         return tf.nest.flatten(self.queue.dequeue(name="dequeue"))
 
     def _build_tower(self) -> Tower:
         outputs, wait = timed_input(self._dequeue)
+        seq = outputs.pop() if self._tagged else None
         for tensor, spec in zip(outputs, self._specs):
             tensor.set_shape(spec.shape)
-        return Tower(outputs, consume_op=outputs[0].op, stat_tensors={"wait": wait})
+        consume_op = outputs[0].op
+        if seq is not None and not self._staged_reads:
+            outputs = self._position.recorded(outputs, seq)
+        return Tower(outputs, consume_op=consume_op, stat_tensors={"wait": wait},
+                     seq=seq if self._staged_reads else None)
+
+    def _input_position(self) -> Optional[InputPosition]:
+        return self._position
 
     def _source_stat_tensors(self) -> Dict[str, tf.Tensor]:
         return {"queue_size": self._size_op}
@@ -228,7 +273,10 @@ class QueueInput(FeedfreeInput):
         """The enqueue op for ``datapoint`` and its feed dict: the plain one, whose aligned arrays
         TF shares and whose others it copies while holding the GIL, or, when a large unaligned
         array is part of it, the op that has TF copy it in parallel (see realign.py)."""
+        seq = self._position.tag()
         arrays = self._convert(datapoint)
+        if self._tagged:
+            arrays.append(np.int64(seq))
         if self._realign.needed(arrays):
             return self._realign.enqueue_op, self._realign.feed(arrays)
         return self._enqueue_op, dict(zip(self._placeholders, arrays))
@@ -244,6 +292,14 @@ class QueueInput(FeedfreeInput):
         self._failure = None
         if not self._reset_done:
             self.reset_state()
+        try:
+            state = self._position.start_session(session)
+            if state is not None:
+                (self._worker_feed or self.ds).set_state(state)
+                logger.info("%s: the DataFlow continues from the restored input position", self.name)
+        except BaseException:
+            self._close_data()          # the session will not start: stop the DataFlow's workers now
+            raise
         self._session = session
         self._claimed = 0
         self._dequeued = 0
@@ -257,6 +313,7 @@ class QueueInput(FeedfreeInput):
         if self._worker_feed is not None:
             self._worker_feed.close()
         close_dataflow(self.ds, self.name)
+        self._position.end_session()
         self._reset_done = False          # a later session resets it again (if it can restart)
 
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
@@ -297,8 +354,8 @@ class BatchQueueInput(QueueInput):
     default_capacity = 3000
 
     def __init__(self, ds: Any, batch_size: int, queue: Optional[tf.queue.QueueBase] = None, *,
-                 infinite: bool = True, in_worker: bool = False):
-        super().__init__(ds, queue, infinite=infinite, in_worker=in_worker)
+                 infinite: bool = True, in_worker: bool = False, track_state: bool = True):
+        super().__init__(ds, queue, infinite=infinite, in_worker=in_worker, track_state=track_state)
         if int(batch_size) <= 0:
             raise ValueError("BatchQueueInput: batch_size must be positive, got {}".format(batch_size))
         self.batch_size = int(batch_size)
@@ -320,8 +377,8 @@ class BatchQueueInput(QueueInput):
         return shapes
 
     def _make_queue(self, specs: List[tf.TensorSpec]) -> tf.queue.QueueBase:
-        return tf.queue.FIFOQueue(self.default_capacity, [s.dtype for s in specs],
-                                  shapes=self._element_shapes(specs), name="input_queue")
+        return tf.queue.FIFOQueue(self.default_capacity, [s.dtype for s in specs] + [tf.int64],
+                                  shapes=self._element_shapes(specs) + [tf.TensorShape([])], name="input_queue")
 
     def _check_queue(self, specs: List[tf.TensorSpec], shapes: List[tf.TensorShape]) -> None:
         super()._check_queue(specs, shapes)

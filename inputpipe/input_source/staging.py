@@ -147,9 +147,17 @@ class StagingInput(FeedfreeInput):
         inner = self._input._in_worker_advice()
         return None if inner is None else "StagingInput({})".format(inner)
 
+    def _input_position(self) -> Optional[Any]:
+        return self._input._input_position()
+
     def _build_tower(self) -> Tower:
         inner_tensors = self._input.get_input_tensors()
         inner = self._input._last_tower()
+        position: Any = self._input._input_position()
+        staged_seq = inner.seq is not None and position is not None
+        if staged_seq:      # the batch's position number is staged with it, recorded when unstaged
+            inner_tensors = inner_tensors + [inner.seq]
+            position.widen((self.nr_stage + 1) * self._input._datapoints_per_batch())
         device = self._device
         if device is None and _caller_scope_is_empty():
             device = default_staging_device()
@@ -160,6 +168,10 @@ class StagingInput(FeedfreeInput):
             stage_op = area.put(inner_tensors, name="stage")
             outputs = tf.nest.flatten(area.get(name="unstage"))
             self._area_sizes.append(area.size(name="staged"))
+            consume_op = outputs[0].op
+            if staged_seq:
+                seq = outputs.pop()
+                outputs = position.recorded(outputs, seq)
             with tf.control_dependencies(outputs):
                 after_unstage = area.size(name="staged_after_unstage")
             with tf.control_dependencies(outputs + [stage_op]):
@@ -173,7 +185,7 @@ class StagingInput(FeedfreeInput):
         # what a consuming step fetches, made once: the size read after the restage runs the
         # stage op too (control dependency), so the op itself is not fetched
         self._step_ops.append(([after_restage] + real + inner.run_ops, [after_unstage]))
-        return Tower(outputs, consume_op=outputs[0].op, run_ops=[stage_op] + real + inner.run_ops,
+        return Tower(outputs, consume_op=consume_op, run_ops=[stage_op] + real + inner.run_ops,
                      stat_tensors=inner.stat_tensors, feed_fn=inner.feed_fn)
 
     def _claim(self) -> bool:

@@ -21,9 +21,9 @@ Example::
     feed.close()
 """
 import os
-from typing import Any, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
-from ..dataflow.base import DataFlow, DataFlowTerminated, ProxyDataFlow
+from ..dataflow.base import DataFlow, DataFlowTerminated, ProxyDataFlow, check_state
 from ..dataflow.parallel import MultiProcessRunnerZMQ
 from .errors import InputSourceError
 
@@ -50,6 +50,16 @@ class EpochMarked(ProxyDataFlow):
 
     def __len__(self) -> int:
         raise NotImplementedError("EpochMarked: the stream of passes has no length")
+
+    def get_state(self) -> Dict[str, Any]:
+        """The state of ``ds`` after its last datapoint (a marker changes nothing in it)."""
+        return {"type": "EpochMarked", "input": self.ds.get_state()}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        self.ds.set_state(check_state(self, state, {"input": dict})["input"])
+
+    def _state_inputs(self) -> List[DataFlow]:
+        return [self.ds]
 
     def __iter__(self) -> Iterator[Any]:
         how = _ENDED
@@ -117,6 +127,27 @@ class WorkerFeed:
                                        "repeated; is it an exhausted generator?".format(
                                            self.owner, type(self.ds).__name__))
             count = 0
+
+    def not_resumable_reason(self) -> Optional[str]:
+        """Why the position of ``ds`` cannot be tracked through the worker, or None when it can
+        (the runner forwards its worker's DataFlow state with each datapoint)."""
+        if MultiProcessRunnerZMQ.get_state is DataFlow.get_state:
+            return ("{}(in_worker=True): the worker runner (MultiProcessRunnerZMQ) does not forward its "
+                    "DataFlow's state yet".format(self.owner))
+        return None
+
+    def get_state(self) -> Dict[str, Any]:
+        """The state of ``ds`` in the worker after the last datapoint :meth:`datapoints` yielded."""
+        if self._runner is None:
+            raise InputSourceError("{}: the DataFlow's worker is not running (call reset_state())".format(self.owner))
+        return self._runner.get_state()["input"]["input"]
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Continue ``ds`` in the worker from ``state`` (after :meth:`reset_state`)."""
+        if self._runner is None:
+            raise InputSourceError("{}: the DataFlow's worker is not running (call reset_state())".format(self.owner))
+        self._runner.set_state({"type": type(self._runner).__name__,
+                                "input": {"type": "EpochMarked", "input": state}})
 
     def close(self) -> None:
         """Stop the worker (within about a second) and close ``ds``; idempotent."""
