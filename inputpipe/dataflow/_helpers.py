@@ -5,7 +5,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..utils.seeding import derive_seed
-from .base import DataFlow, DataFlowLengthUnknown, StateMismatchError
+from .base import DataFlow, DataFlowLengthUnknown, RNGDataFlow, StateMismatchError, check_state, require_rng
 
 # A sentinel for "the iterator is exhausted", distinct from every datapoint.
 END = object()
@@ -119,3 +119,82 @@ def restore_inputs(owner: Any, flows: Sequence[Any], states: Any) -> None:
                                          else repr(states)))
     for df, state in zip(flows, states):
         df.set_state(state)
+
+
+def indexed_epoch(owner: Any, cursor: EpochCursor, size: int, shuffle: bool) -> Tuple[Sequence[int], int]:
+    """Start an epoch of a flow that reads records ``0..size-1``: the record numbers still to read
+    (a permutation drawn from (base seed, epoch) with ``shuffle``) and the token for ``track``."""
+    epoch, start, token = cursor.begin()
+    if not shuffle:
+        return range(start, size), token
+    return epoch_rng(owner, owner.base_seed, epoch).permutation(size)[start:].tolist(), token
+
+
+def indexed_state(owner: Any, cursor: EpochCursor, size: int, shuffle: bool) -> Dict[str, Any]:
+    """``{"type", "epoch", "position", "size", "seed"}`` of a flow using :func:`indexed_epoch`."""
+    return {"type": type(owner).__name__, "epoch": cursor.epoch, "position": cursor.position, "size": size,
+            "seed": owner.base_seed if shuffle else None}
+
+
+def restore_indexed(owner: Any, cursor: EpochCursor, state: Any, size: int, shuffle: bool) -> Dict[str, Any]:
+    """The inverse of :func:`indexed_state`, with the checks every such flow needs."""
+    state = check_state(owner, state, {"epoch": int, "position": int, "size": int, "seed": (int, type(None))})
+    name = type(owner).__name__
+    if state["size"] != size or not 0 <= state["position"] <= size:
+        raise StateMismatchError("{}.set_state: the state is of {} datapoints at position {}, but this flow has "
+                                 "{}".format(name, state["size"], state["position"], size))
+    if shuffle:
+        if state["seed"] is None:
+            raise StateMismatchError("{}.set_state: shuffle=True needs a seed in the state, got None (the state "
+                                     "of an unshuffled flow?)".format(name))
+        owner.base_seed = state["seed"]
+    cursor.restore(state["epoch"], state["position"])
+    return state
+
+
+class IndexedSource(RNGDataFlow):
+    """Base of a source of ``len(self)`` records read by number (the dataset readers): each epoch
+    visits ``0..len-1`` in order, or with ``self.shuffle`` in a permutation drawn from (base seed,
+    epoch). Subclasses set ``self.shuffle`` and implement ``__len__`` and ``_datapoint(k)``; the
+    state is ``{"type", "epoch", "position", "size", "seed"}``.
+
+    Example::
+
+        class Squares(IndexedSource):
+            shuffle = False
+
+            def __len__(self):
+                return 4
+
+            def _datapoint(self, k):
+                return [k * k]
+    """
+
+    shuffle = False
+
+    def reset_state(self) -> None:
+        super().reset_state()
+        self._epoch_cursor().reset()
+
+    def _epoch_cursor(self) -> EpochCursor:
+        cursor = self.__dict__.get("_cursor")
+        if cursor is None:
+            cursor = self._cursor = EpochCursor()
+        return cursor
+
+    def _datapoint(self, k: int) -> Any:
+        raise NotImplementedError("{} does not implement _datapoint".format(type(self).__name__))
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.shuffle:
+            require_rng(self)
+        cursor = self._epoch_cursor()
+        order, token = indexed_epoch(self, cursor, len(self), self.shuffle)
+        return cursor.track(map(self._datapoint, order), token)
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "epoch", "position", "size", "seed"}``."""
+        return indexed_state(self, self._epoch_cursor(), len(self), self.shuffle)
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        restore_indexed(self, self._epoch_cursor(), state, len(self), self.shuffle)

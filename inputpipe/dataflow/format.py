@@ -8,12 +8,14 @@ Example::
     df.reset_state()
     key, size = next(iter(df))
 """
+import itertools
 import os
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
 from ..utils.logger import get_logger
+from ._helpers import EpochCursor, indexed_epoch, indexed_state, restore_indexed
 from .base import DataFlowReentrantGuard, RNGDataFlow, require_rng
 from .caffe_datum import datum_to_image, parse_datum
 from .dataset_io import DatasetFormatError, _import_lmdb, _lmdb_location, _require_file, open_shared_lmdb
@@ -75,6 +77,7 @@ class LMDBData(RNGDataFlow):
     def reset_state(self) -> None:
         super().reset_state()
         self._env = open_shared_lmdb(self._lmdb_path, not self._shuffle, self._what)
+        self._cursor = EpochCursor()
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -87,19 +90,39 @@ class LMDBData(RNGDataFlow):
     def __iter__(self) -> Iterator[List[bytes]]:
         if self._env is None:
             raise RuntimeError("{}: call reset_state() before iterating".format(self._what))
+        require_rng(self)
+        size = len(self.keys) if self.keys is not None else self._size
+        order, token = indexed_epoch(self, self._cursor, size, self._shuffle)
+        return self._cursor.track(self._records(order), token)
+
+    def _records(self, order: Sequence[int]) -> Iterator[List[bytes]]:
         with self._guard, self._env.env.begin() as txn:
             if not self._shuffle:
-                for key, value in txn.cursor():
-                    if key not in _META_KEYS:
-                        yield [key, value]
+                records = (item for item in txn.cursor() if item[0] not in _META_KEYS)
+                for key, value in itertools.islice(records, order.start if isinstance(order, range) else 0, None):
+                    yield [key, value]
                 return
-            keys = list(self.keys)
-            require_rng(self).shuffle(keys)
-            for key in keys:
+            for index in order:
+                key = self.keys[index]
                 value = txn.get(key)
                 if value is None:
                     raise DatasetFormatError("{}: key {!r} is not in the file".format(self._what, key))
                 yield [key, value]
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "epoch", "position", "size", "seed"}``; without shuffling a restore steps over
+        the first ``position`` records in key order."""
+        size = len(self.keys) if self.keys is not None else self._size
+        return indexed_state(self, self._require_cursor(), size, self._shuffle)
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        size = len(self.keys) if self.keys is not None else self._size
+        restore_indexed(self, self._require_cursor(), state, size, self._shuffle)
+
+    def _require_cursor(self) -> EpochCursor:
+        if self._env is None:
+            raise RuntimeError("{}: call reset_state() before iterating or using its state".format(self._what))
+        return self._cursor
 
 
 class LMDBDataDecoder(MapData):
@@ -208,11 +231,24 @@ class SVMLightData(RNGDataFlow):
                 self.X[r, index - offset] = value
         self.y = np.asarray(labels, dtype=np.float64)
         self.shuffle = shuffle
+        self._cursor = EpochCursor()
 
     def __len__(self) -> int:
         return len(self.y)
 
+    def reset_state(self) -> None:
+        super().reset_state()
+        self._cursor.reset()
+
     def __iter__(self) -> Iterator[List[Any]]:
-        order = require_rng(self).permutation(len(self.y)).tolist() if self.shuffle else range(len(self.y))
-        for k in order:
-            yield [self.X[k, :], self.y[k]]
+        if self.shuffle:
+            require_rng(self)
+        order, token = indexed_epoch(self, self._cursor, len(self.y), self.shuffle)
+        return self._cursor.track(([self.X[k, :], self.y[k]] for k in order), token)
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "epoch", "position", "size", "seed"}``."""
+        return indexed_state(self, self._cursor, len(self.y), self.shuffle)
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        restore_indexed(self, self._cursor, state, len(self.y), self.shuffle)

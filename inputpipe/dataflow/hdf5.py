@@ -14,11 +14,12 @@ Example::
     df = HDF5Serializer.load("/tmp/d.h5", ["images", "labels"], shuffle=False)
 """
 import os
-from typing import Any, Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Sequence
 
 import numpy as np
 
 from ..utils.logger import get_logger
+from ._helpers import EpochCursor, indexed_epoch, indexed_state, restore_indexed
 from .base import DataFlow, RNGDataFlow, require_rng
 from .dataset_io import DatasetFormatError, _AtomicPath, _datapoints, _refuse_existing, _require_file
 
@@ -91,14 +92,27 @@ class HDF5Data(RNGDataFlow):
                 what, list(data_paths), lengths))
         self._size = lengths[0]
         self.shuffle = shuffle
+        self._cursor = EpochCursor()
 
     def __len__(self) -> int:
         return self._size
 
+    def reset_state(self) -> None:
+        super().reset_state()
+        self._cursor.reset()
+
     def __iter__(self) -> Iterator[Any]:
-        order = require_rng(self).permutation(self._size).tolist() if self.shuffle else range(self._size)
-        for k in order:
-            yield [d[k] for d in self.dps]
+        if self.shuffle:
+            require_rng(self)
+        order, token = indexed_epoch(self, self._cursor, self._size, self.shuffle)
+        return self._cursor.track(([d[k] for d in self.dps] for k in order), token)
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "epoch", "position", "size", "seed"}`` (epoch ``e`` is shuffled from (base seed, ``e``))."""
+        return indexed_state(self, self._cursor, self._size, self.shuffle)
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        restore_indexed(self, self._cursor, state, self._size, self.shuffle)
 
 
 class HDF5Serializer:

@@ -21,8 +21,8 @@ from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from ..utils.logger import get_logger
-from ._helpers import EpochCursor, epoch_rng
-from .base import DataFlow, RNGDataFlow, StateMismatchError, check_state, require_rng
+from ._helpers import EpochCursor, indexed_epoch, indexed_state, restore_indexed
+from .base import DataFlow, RNGDataFlow, require_rng
 from .common import MapData, MapDataComponent
 
 __all__ = ["ImageFromFile", "AugmentImageComponent", "AugmentImageCoordinates", "AugmentImageComponents"]
@@ -306,30 +306,17 @@ class ImageFromFile(RNGDataFlow):
         self._cursor.reset()
 
     def __iter__(self) -> Iterator[List[np.ndarray]]:
-        epoch, start, token = self._cursor.begin()
         if self.shuffle:
             require_rng(self)
-            files = [self.files[i] for i in epoch_rng(self, self.base_seed, epoch).permutation(len(self.files))]
-        else:
-            files = list(self.files)
-        return self._cursor.track(self._read(files[start:]), token)
+        order, token = indexed_epoch(self, self._cursor, len(self.files), self.shuffle)
+        return self._cursor.track(self._read([self.files[i] for i in order]), token)
 
     def get_state(self) -> Dict[str, Any]:
         """``{"type", "epoch", "position", "size", "seed"}``."""
-        return {"type": "ImageFromFile", "epoch": self._cursor.epoch, "position": self._cursor.position,
-                "size": len(self.files), "seed": self.base_seed if self.shuffle else None}
+        return indexed_state(self, self._cursor, len(self.files), self.shuffle)
 
     def set_state(self, state: Dict[str, Any]) -> None:
-        state = check_state(self, state, {"epoch": int, "position": int, "size": int, "seed": (int, type(None))})
-        if state["size"] != len(self.files) or not 0 <= state["position"] <= state["size"] \
-                or (self.shuffle and state["seed"] is None):
-            raise StateMismatchError("ImageFromFile.set_state: the state is of {} files at position {} (seed {}), "
-                                     "but this flow has {} files (shuffle={})".format(
-                                         state["size"], state["position"], state["seed"], len(self.files),
-                                         self.shuffle))
-        if self.shuffle:
-            self.base_seed = state["seed"]
-        self._cursor.restore(state["epoch"], state["position"])
+        restore_indexed(self, self._cursor, state, len(self.files), self.shuffle)
 
     def _read(self, files: List[str]) -> Iterator[List[np.ndarray]]:
         cv2 = _import_cv2("ImageFromFile")

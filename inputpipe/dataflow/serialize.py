@@ -20,14 +20,15 @@ Example::
 import os
 import struct
 import tokenize
-from typing import Any, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Sequence
 
 import numpy as np
 
 from ..utils.crc32c import masked_crc32c
 from ..utils.logger import get_logger
 from ..utils.serialize import WireFormatError, dumps, loads
-from .base import DataFlow, RNGDataFlow
+from ._helpers import EpochCursor, indexed_epoch, indexed_state, restore_indexed
+from .base import DataFlow, RNGDataFlow, StateMismatchError, check_state
 from .format import LMDBData, LMDBDataDecoder
 from .dataset_io import (
     DatasetFormatError, _AtomicPath, _datapoints, _import_lmdb, _lmdb_key, _lmdb_location, _refuse_existing,
@@ -115,6 +116,7 @@ class _LMDBFile(RNGDataFlow):
         super().reset_state()
         # Opened here, in the process that iterates: an LMDB handle must not cross a fork.
         self._env = self._open()
+        self._cursor = EpochCursor()
 
     # A copy sent to a spawned worker process re-opens the file in its own reset_state().
     def __getstate__(self):
@@ -126,11 +128,14 @@ class _LMDBFile(RNGDataFlow):
         return self._count
 
     def __iter__(self) -> Iterator[Any]:
-        if self._env is None:
-            raise RuntimeError("{}: call reset_state() before iterating".format(self._what))
+        cursor = self._require_cursor()
+        order, token = indexed_epoch(self, cursor, self._count, self.shuffle)
+        return cursor.track(self._records(order), token)
+
+    def _records(self, order: Sequence[int]) -> Iterator[Any]:
         with self._env.env.begin(buffers=True) as txn:
             if self.shuffle:
-                for index in self.rng.permutation(self._count).tolist():
+                for index in order:
                     value = txn.get(_lmdb_key(index))
                     if value is None:
                         raise DatasetFormatError("{}: record {} of {} is missing".format(
@@ -138,9 +143,9 @@ class _LMDBFile(RNGDataFlow):
                     yield _decode_record(value, self._what, index, copy=True)
                 return
             cursor = txn.cursor()
-            if self._count and not cursor.set_key(_lmdb_key(0)):
-                raise DatasetFormatError("{}: record 0 of {} is missing".format(self._what, self._count))
-            for index in range(self._count):
+            if len(order) and not cursor.set_key(_lmdb_key(order[0])):
+                raise DatasetFormatError("{}: record {} of {} is missing".format(self._what, order[0], self._count))
+            for index in order:
                 key = cursor.key()
                 if bytes(key) != _lmdb_key(index):
                     raise DatasetFormatError("{}: record {} of {} is missing (found key {!r})".format(
@@ -148,6 +153,18 @@ class _LMDBFile(RNGDataFlow):
                 # copy=True: the value is LMDB's memory, valid only until the cursor moves.
                 yield _decode_record(cursor.value(), self._what, index, copy=True)
                 cursor.next()
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "epoch", "position", "size", "seed"}`` (epoch ``e`` is shuffled from (base seed, ``e``))."""
+        return indexed_state(self, self._require_cursor(), self._count, self.shuffle)
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        restore_indexed(self, self._require_cursor(), state, self._count, self.shuffle)
+
+    def _require_cursor(self) -> EpochCursor:
+        if self._env is None:
+            raise RuntimeError("{}: call reset_state() before iterating or using its state".format(self._what))
+        return self._cursor
 
 
 class LMDBSerializer:
@@ -272,6 +289,8 @@ class _TFRecordFile(DataFlow):
         self._size = size
         self._allow_pickle = allow_pickle
         self._tensorpack = False
+        self._cursor = EpochCursor()
+        self._offset = None
         with open(path, "rb") as f:
             self._check_header(f)
 
@@ -346,21 +365,52 @@ class _TFRecordFile(DataFlow):
                 f.seek(length + _TFRECORD_CRC.size, os.SEEK_CUR)
                 count += 1
 
+    def reset_state(self) -> None:
+        self._cursor.reset()
+        self._offset: Optional[int] = None
+
     def __iter__(self) -> Iterator[Any]:
+        _, start, token = self._cursor.begin()
+        offset = self._offset if start else None
+        return self._cursor.track(self._records(start, offset), token)
+
+    def _records(self, index: int, offset: Optional[int]) -> Iterator[Any]:
         with open(self.path, "rb") as f:
             file_size = self._check_header(f)
-            index = 0
-            while True:
-                data = self._read_record(f, file_size, index)
-                if data is None:
-                    return
-                if self._tensorpack:
-                    yield decode_tensorpack_record(bytes(data), self._allow_pickle,
-                                                   "{} record {}".format(self._what, index))
-                else:
-                    # Arrays are writable views of this record's own bytearray: no further copy.
-                    yield _decode_record(data, self._what, index)
-                index += 1
+            if offset is not None:
+                f.seek(offset)
+            try:
+                while True:
+                    data = self._read_record(f, file_size, index)
+                    if data is None:
+                        return
+                    if self._tensorpack:
+                        dp = decode_tensorpack_record(bytes(data), self._allow_pickle,
+                                                      "{} record {}".format(self._what, index))
+                    else:
+                        # Arrays are writable views of this record's own bytearray: no further copy.
+                        dp = _decode_record(data, self._what, index)
+                    index += 1
+                    self._offset = f.tell()
+                    yield dp
+            finally:
+                self._offset = None
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "epoch", "position", "offset"}``: records read in this epoch and the file
+        offset after the last one (a restore seeks there)."""
+        cursor = self._cursor
+        return {"type": type(self).__name__, "epoch": cursor.epoch, "position": cursor.position,
+                "offset": self._offset if cursor.position else None}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"epoch": int, "position": int, "offset": (int, type(None))})
+        if state["position"] < 0 or (state["position"] > 0) != (state["offset"] is not None) \
+                or (state["offset"] is not None and not 0 < state["offset"] <= os.path.getsize(self.path)):
+            raise StateMismatchError("{}.set_state: position {} and offset {} do not fit this file of {} bytes".format(
+                self._what, state["position"], state["offset"], os.path.getsize(self.path)))
+        self._cursor.restore(state["epoch"], state["position"])
+        self._offset = state["offset"]
 
 
 class TFRecordSerializer:

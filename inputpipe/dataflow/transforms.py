@@ -9,7 +9,6 @@ Example::
     assert list(df) == [[10], [20], [10], [20]]
 """
 import copy
-import itertools
 from collections import deque
 from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Sequence
 

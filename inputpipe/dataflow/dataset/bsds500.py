@@ -9,11 +9,11 @@ Example::
 """
 import glob
 import os
-from typing import Any, Iterator, List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 
-from ..base import RNGDataFlow, require_rng
+from .._helpers import IndexedSource
 from ..imgaug._cv2 import import_cv2
 from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, load_mat
 
@@ -25,7 +25,7 @@ _REMOTE = RemoteFile("BSR_bsds500.tgz", ("http://www.eecs.berkeley.edu/Research/
 IMG_W, IMG_H = 481, 321
 
 
-class BSDS500(RNGDataFlow):
+class BSDS500(IndexedSource):
     """BSDS500: ``[image, label]``; image a uint8 (321, 481, 3) BGR array, label a float32
     (321, 481) map whose pixels are the fraction of annotators that marked an edge there.
     Portrait images and maps are transposed to landscape, as in tensorpack.
@@ -90,9 +90,5 @@ class BSDS500(RNGDataFlow):
     def __len__(self) -> int:
         return self.data.shape[0]
 
-    def __iter__(self) -> Iterator[List[Any]]:
-        order = np.arange(self.data.shape[0])
-        if self.shuffle:
-            require_rng(self).shuffle(order)
-        for k in order:
-            yield [self.data[k], self.label[k]]
+    def _datapoint(self, k: int) -> List[Any]:
+        return [self.data[k], self.label[k]]

@@ -8,11 +8,10 @@ Example::
     image, label = next(iter(ds))      # (28, 28) image in [0, 1], label 0-100
 """
 import os
-from typing import Any, Iterator, List, Optional
+from typing import Any, List, Optional
 
-import numpy as np
 
-from ..base import RNGDataFlow, require_rng
+from .._helpers import IndexedSource
 from ._files import RemoteFile, fetch, get_dataset_path, load_mat
 
 __all__ = ["Caltech101Silhouettes"]
@@ -22,7 +21,7 @@ __all__ = ["Caltech101Silhouettes"]
 _REMOTE = RemoteFile("caltech101_silhouettes_28_split1.mat", ("https://people.cs.umass.edu/~marlin/data/",))
 
 
-class Caltech101Silhouettes(RNGDataFlow):
+class Caltech101Silhouettes(IndexedSource):
     """Caltech 101 Silhouettes: ``[image, label]``, image a (28, 28) array in [0, 1] with the
     file's dtype, label in 0-100 (the file's 1-based labels minus one).
 
@@ -58,9 +57,5 @@ class Caltech101Silhouettes(RNGDataFlow):
     def __len__(self) -> int:
         return self.images.shape[0]
 
-    def __iter__(self) -> Iterator[List[Any]]:
-        order = np.arange(len(self))
-        if self.shuffle:
-            require_rng(self).shuffle(order)
-        for k in order:
-            yield [self.images[k], self.labels[k]]
+    def _datapoint(self, k: int) -> List[Any]:
+        return [self.images[k], self.labels[k]]

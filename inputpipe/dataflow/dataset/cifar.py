@@ -8,12 +8,12 @@ Example::
     image, label = next(iter(ds))      # uint8 (32, 32, 3) RGB in [0, 255], python int label
 """
 import os
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ...utils.logger import get_logger
-from ..base import RNGDataFlow, require_rng
+from .._helpers import IndexedSource
 from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, load_dataset_pickle
 
 __all__ = ["CifarBase", "Cifar10", "Cifar100"]
@@ -69,7 +69,7 @@ def _read_batches(files: Sequence[str], cifar_classnum: int, component: str) -> 
     return datapoints
 
 
-class CifarBase(RNGDataFlow):
+class CifarBase(IndexedSource):
     """CIFAR-10 or CIFAR-100 (``cifar_classnum``): datapoints ``[image, label]``, image a uint8
     (32, 32, 3) RGB array in [0, 255], label a python int (CIFAR-100: the fine label).
 
@@ -110,13 +110,9 @@ class CifarBase(RNGDataFlow):
     def __len__(self) -> int:
         return len(self.data)
 
-    def __iter__(self) -> Iterator[List[Any]]:
-        order = np.arange(len(self.data))
-        if self.shuffle:
-            require_rng(self).shuffle(order)
-        for k in order:
-            image, label = self.data[k]
-            yield [image, label]   # a new list: downstream changes cannot reach the stored data
+    def _datapoint(self, k: int) -> List[Any]:
+        image, label = self.data[k]
+        return [image, label]   # a new list: downstream changes cannot reach the stored data
 
     def get_per_pixel_mean(self, names: Sequence[str] = ("train", "test")) -> np.ndarray:
         """The float32 (32, 32, 3) mean image over the splits ``names`` ('train' and/or 'test')."""

@@ -11,12 +11,12 @@ Example::
 import os
 import struct
 import xml.etree.ElementTree as ElementTree
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ...utils.logger import get_logger
-from ..base import RNGDataFlow, require_rng
+from .._helpers import IndexedSource
 from ..imgaug._cv2 import import_cv2
 from ._files import RemoteFile, extract_tar, fetch, get_dataset_path
 
@@ -165,7 +165,7 @@ class ILSVRCMeta:
         return structure
 
 
-class ILSVRC12Files(RNGDataFlow):
+class ILSVRC12Files(IndexedSource):
     """Like :class:`ILSVRC12`, but the datapoints are ``[image file path, label]`` (decode them
     yourself, e.g. in parallel workers). Same arguments and checks.
 
@@ -203,13 +203,9 @@ class ILSVRC12Files(RNGDataFlow):
     def __len__(self) -> int:
         return len(self.imglist)
 
-    def __iter__(self) -> Iterator[List[Any]]:
-        order = np.arange(len(self.imglist))
-        if self.shuffle:
-            require_rng(self).shuffle(order)
-        for k in order:
-            fname, label = self.imglist[k]
-            yield [os.path.join(self.full_dir, fname), label]
+    def _datapoint(self, k: int) -> List[Any]:
+        fname, label = self.imglist[k]
+        return [os.path.join(self.full_dir, fname), label]
 
 
 def _box_of(xml_path: str) -> np.ndarray:
@@ -244,13 +240,13 @@ class ILSVRC12(ILSVRC12Files):
         import_cv2(type(self).__name__)
         super().__init__(dir, name, meta_dir, shuffle, dir_structure)
 
-    def __iter__(self) -> Iterator[List[Any]]:
+    def _datapoint(self, k: int) -> List[Any]:
         cv2 = import_cv2(type(self).__name__)
-        for fname, label in super().__iter__():
-            image = cv2.imread(fname, cv2.IMREAD_COLOR)
-            if image is None:
-                raise OSError("{}: cannot read the image file {}".format(type(self).__name__, fname))
-            yield [image, label]
+        fname, label = super()._datapoint(k)
+        image = cv2.imread(fname, cv2.IMREAD_COLOR)
+        if image is None:
+            raise OSError("{}: cannot read the image file {}".format(type(self).__name__, fname))
+        return [image, label]
 
     @staticmethod
     def get_training_bbox(bbox_dir: str, imglist: Sequence[Tuple[str, int]]) -> List[Optional[np.ndarray]]:
@@ -267,7 +263,7 @@ class ILSVRC12(ILSVRC12Files):
         return boxes
 
 
-class TinyImageNet(RNGDataFlow):
+class TinyImageNet(IndexedSource):
     """TinyImageNet (200 classes, 64x64 images): ``[image, label]``, image a uint8 (64, 64, 3) BGR
     array, label the index of its wnid in ``wnids.txt``.
 
@@ -313,14 +309,10 @@ class TinyImageNet(RNGDataFlow):
     def __len__(self) -> int:
         return len(self.imglist)
 
-    def __iter__(self) -> Iterator[List[Any]]:
+    def _datapoint(self, k: int) -> List[Any]:
         cv2 = import_cv2(type(self).__name__)
-        order = np.arange(len(self.imglist))
-        if self.shuffle:
-            require_rng(self).shuffle(order)
-        for k in order:
-            fname, label = self.imglist[k]
-            image = cv2.imread(fname, cv2.IMREAD_COLOR)
-            if image is None:
-                raise OSError("{}: cannot read the image file {}".format(type(self).__name__, fname))
-            yield [image, label]
+        fname, label = self.imglist[k]
+        image = cv2.imread(fname, cv2.IMREAD_COLOR)
+        if image is None:
+            raise OSError("{}: cannot read the image file {}".format(type(self).__name__, fname))
+        return [image, label]

@@ -9,11 +9,11 @@ Example::
 """
 import gzip
 import os
-from typing import Iterator, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
-from ..base import RNGDataFlow, require_rng
+from .._helpers import IndexedSource
 from ._files import RemoteFile, fetch, get_dataset_path
 
 __all__ = ["Mnist", "FashionMnist"]
@@ -39,7 +39,7 @@ def _read_idx(path: str, magic: int, ndim: int, component: str) -> np.ndarray:
     return data.reshape(shape)
 
 
-class Mnist(RNGDataFlow):
+class Mnist(IndexedSource):
     """The MNIST digits: datapoints ``[image, label]``, image a float32 (28, 28) array in [0, 1],
     label a numpy uint8 in 0-9.
 
@@ -91,13 +91,8 @@ class Mnist(RNGDataFlow):
     def __len__(self) -> int:
         return self.images.shape[0]
 
-    def __iter__(self) -> Iterator[List[object]]:
-        order = np.arange(len(self))
-        if self.shuffle:
-            require_rng(self).shuffle(order)
-        height, width = self.images.shape[1:3]
-        for k in order:
-            yield [self.images[k].reshape((height, width)), self.labels[k]]
+    def _datapoint(self, k: int) -> List[object]:
+        return [self.images[k].reshape(self.images.shape[1:3]), self.labels[k]]
 
 
 class FashionMnist(Mnist):

@@ -8,12 +8,11 @@ Example::
     image, label = next(iter(ds))      # uint8 (256, 256, 3) BGR, int label
 """
 import os
-from typing import Any, Iterator, List, Optional
+from typing import Any, List, Optional
 
-import numpy as np
 
 from ...utils.logger import get_logger
-from ..base import RNGDataFlow, require_rng
+from .._helpers import IndexedSource
 from ..imgaug._cv2 import import_cv2
 
 __all__ = ["Places365Standard"]
@@ -21,7 +20,7 @@ __all__ = ["Places365Standard"]
 logger = get_logger(__name__)
 
 
-class Places365Standard(RNGDataFlow):
+class Places365Standard(IndexedSource):
     """Places365-Standard: ``[image, label]``, image a uint8 BGR array (256x256x3 in the low
     resolution release), label the index of the class name in the sorted list of class names
     found in the list file (see :meth:`get_label_names`).
@@ -70,14 +69,10 @@ class Places365Standard(RNGDataFlow):
     def __len__(self) -> int:
         return len(self._files)
 
-    def __iter__(self) -> Iterator[List[Any]]:
+    def _datapoint(self, k: int) -> List[Any]:
         cv2 = import_cv2(type(self).__name__)
-        order = np.arange(len(self._files))
-        if self.shuffle:
-            require_rng(self).shuffle(order)
-        for k in order:
-            fname, label = self._files[k]
-            image = cv2.imread(fname, cv2.IMREAD_COLOR)
-            if image is None:
-                raise OSError("{}: cannot read the image file {}".format(type(self).__name__, fname))
-            yield [image, label]
+        fname, label = self._files[k]
+        image = cv2.imread(fname, cv2.IMREAD_COLOR)
+        if image is None:
+            raise OSError("{}: cannot read the image file {}".format(type(self).__name__, fname))
+        return [image, label]

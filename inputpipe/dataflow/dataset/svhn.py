@@ -8,12 +8,12 @@ Example::
     image, label = next(iter(ds))       # uint8 (32, 32, 3) in [0, 255], label 0-9
 """
 import os
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ...utils.logger import get_logger
-from ..base import RNGDataFlow, require_rng
+from .._helpers import IndexedSource
 from ._files import RemoteFile, fetch, get_dataset_path, load_mat
 
 __all__ = ["SVHNDigit"]
@@ -28,7 +28,7 @@ _MD5 = {
 }
 
 
-class SVHNDigit(RNGDataFlow):
+class SVHNDigit(IndexedSource):
     """The SVHN cropped-digit dataset: ``[image, label]``, image a uint8 (32, 32, 3) array in
     [0, 255], label a numpy uint8 in 0-9 (the files' label 10 for the digit 0 becomes 0).
 
@@ -69,12 +69,8 @@ class SVHNDigit(RNGDataFlow):
     def __len__(self) -> int:
         return self.X.shape[0]
 
-    def __iter__(self) -> Iterator[List[Any]]:
-        order = np.arange(self.X.shape[0])
-        if self.shuffle:
-            require_rng(self).shuffle(order)
-        for k in order:
-            yield [self.X[k], self.Y[k]]
+    def _datapoint(self, k: int) -> List[Any]:
+        return [self.X[k], self.Y[k]]
 
     @staticmethod
     def get_per_pixel_mean(names: Sequence[str] = ("train", "test", "extra")) -> np.ndarray:
