@@ -10,22 +10,35 @@ reproducible, set one global seed before calling ``reset_state()`` (or export
 ``INPUTPIPE_SEED``): every RNG is then derived from (seed, worker rank, order of
 ``reset_state()`` calls in that process), and parallel runners give each worker its rank.
 
+Parallel maps also seed each datapoint ("determinism by construction"): around every call of
+the map function they enter a :func:`datapoint_context` whose seed is derived from (the map's base
+seed, the epoch, the datapoint's index). Inside it :func:`datapoint_rng` and the image augmentors'
+``rng`` draw from streams of that seed, so a seeded pipeline gives the same datapoints whichever
+worker maps them, with any number of workers, and after a restore.
+
 Example::
 
     from inputpipe.utils import seeding
     seeding.set_global_seed(1234)
     rng = seeding.new_rng()       # the same numbers on every run
     seeding.set_global_seed(None)
+    with seeding.datapoint_context(seeding.derive_seed(7, 0, 3)):
+        first = seeding.datapoint_rng().randint(100)
+    with seeding.datapoint_context(seeding.derive_seed(7, 0, 3)):
+        assert seeding.datapoint_rng().randint(100) == first
 """
+import contextlib
 import hashlib
 import itertools
 import os
+import random
 import threading
-from typing import Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
-__all__ = ["set_global_seed", "get_global_seed", "enter_worker", "worker_rank", "new_rng", "derive_seed"]
+__all__ = ["set_global_seed", "get_global_seed", "enter_worker", "worker_rank", "new_rng", "derive_seed",
+           "datapoint_context", "datapoint_seed", "datapoint_rng", "augmentor_rng"]
 
 _lock = threading.Lock()
 _global_seed: Optional[int] = None
@@ -103,6 +116,143 @@ def derive_seed(*numbers: int) -> int:
     """
     payload = b"".join(int(n).to_bytes(16, "little", signed=True) for n in numbers)
     return int.from_bytes(hashlib.blake2b(payload, digest_size=4).digest(), "little")
+
+
+# ------------------------------------------------------------------------ per-datapoint seeding
+
+# Streams of a datapoint seed, kept apart by their first salt.
+_USER, _AUGMENTOR, _NUMPY_GLOBAL, _PYTHON_GLOBAL = 0, 1, 2, 3
+
+_local = threading.local()       # per thread: the stack of open datapoint contexts, spare RNGs
+
+
+class _DatapointContext:
+    """The seed of the datapoint being mapped in this thread and the RNGs handed out for it."""
+
+    __slots__ = ("seed", "rngs", "spares", "used", "owners")
+
+    def __init__(self, seed: int, spares: List[np.random.RandomState]):
+        self.seed = seed
+        self.rngs: Dict[Any, np.random.RandomState] = {}
+        self.spares = spares      # RandomState objects of this nesting depth, reseeded on demand
+        self.used = 0
+        self.owners: List[Any] = []     # augmentors that drew, in order (kept alive: ids stay unique)
+
+    def rng(self, key: Any, *salt: int) -> np.random.RandomState:
+        rng = self.rngs.get(key)
+        if rng is None:
+            if self.used == len(self.spares):
+                self.spares.append(np.random.RandomState())     # made once per thread and depth
+            rng = self.spares[self.used]
+            self.used += 1
+            rng.seed(derive_seed(self.seed, *salt))            # ~2 us, a new RandomState ~90 us
+            self.rngs[key] = rng
+        return rng
+
+
+def _stack() -> List[_DatapointContext]:
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+        _local.spares = []
+    return stack
+
+
+@contextlib.contextmanager
+def datapoint_context(seed: int, reseed_global: bool = False) -> Iterator[int]:
+    """Seed everything random done for one datapoint, in this thread, from ``seed``.
+
+    Parallel maps enter it around each call of their map function, with
+    ``derive_seed(map's base seed, epoch, index of the datapoint)``. Inside it:
+
+    - :func:`datapoint_rng` gives RNGs seeded from ``seed`` (and a salt);
+    - each image augmentor's ``rng`` is a stream of ``seed`` too, told apart from the other
+      augmentors by the order in which they first draw for this datapoint (the same in every
+      worker, since the map function runs the same code on the same datapoint);
+    - with ``reseed_global`` (process workers only: the global RNGs are shared by all threads of
+      a process) ``numpy.random``'s and ``random``'s global RNGs are reseeded from ``seed``, so map
+      functions written with ``np.random.rand()`` are deterministic too.
+
+    The RNGs handed out are reused (reseeded) for later datapoints: do not keep them after the
+    datapoint. Outside any context nothing changes (per-process RNGs, as before).
+
+    Example::
+
+        with datapoint_context(derive_seed(base_seed, epoch, index)):
+            image = augment(image)         # the same crop in every worker and every run
+    """
+    seed = int(seed)
+    stack = _stack()
+    spares_by_depth = _local.spares
+    if len(spares_by_depth) == len(stack):
+        spares_by_depth.append([])
+    context = _DatapointContext(seed, spares_by_depth[len(stack)])
+    if reseed_global:
+        np.random.seed(derive_seed(seed, _NUMPY_GLOBAL))
+        random.seed(derive_seed(seed, _PYTHON_GLOBAL))
+    stack.append(context)
+    try:
+        yield seed
+    finally:
+        stack.pop()
+
+
+def datapoint_seed() -> Optional[int]:
+    """The seed of the datapoint being mapped in this thread (see :func:`datapoint_context`), or
+    None outside a parallel map's call.
+
+    Example::
+
+        def map_func(dp):
+            seed = datapoint_seed()     # e.g. to seed a library that takes a seed argument
+            ...
+    """
+    stack = getattr(_local, "stack", None)
+    return stack[-1].seed if stack else None
+
+
+def datapoint_rng(salt: int = 0) -> np.random.RandomState:
+    """Inside a :func:`datapoint_context`: an RNG seeded from (the datapoint's seed, ``salt``);
+    calls with the same salt for the same datapoint continue one stream. Outside one: this
+    thread's own RNG made by :func:`new_rng` (fresh entropy, or from the global seed).
+
+    Use it in a map function to draw numbers that are the same whichever worker maps the
+    datapoint, with any number of workers, and after a restore.
+
+    Example::
+
+        def jitter(dp):
+            return [dp[0] + datapoint_rng().uniform(-1, 1)]
+    """
+    stack = getattr(_local, "stack", None)
+    if stack:
+        return stack[-1].rng((_USER, int(salt)), _USER, int(salt))
+    fallback = getattr(_local, "fallback", None)
+    if fallback is None or getattr(_local, "fallback_pid", None) != os.getpid():
+        fallback = _local.fallback = new_rng()
+        _local.fallback_pid = os.getpid()
+    return fallback
+
+
+def augmentor_rng(owner: Any) -> Optional[np.random.RandomState]:
+    """Inside a :func:`datapoint_context`: the RNG of ``owner`` (an augmentor) for this datapoint,
+    a stream of the datapoint's seed numbered by the order in which owners first asked; None
+    outside one. Image augmentors call it from their ``rng`` property.
+
+    Example::
+
+        rng = augmentor_rng(self) or self._process_rng
+    """
+    stack = getattr(_local, "stack", None)
+    if not stack:
+        return None
+    context = stack[-1]
+    key = (_AUGMENTOR, id(owner))
+    rng = context.rngs.get(key)
+    if rng is None:
+        rng = context.rng(key, _AUGMENTOR, len(context.owners))
+        context.owners.append(owner)
+    return rng
 
 
 _global_seed = _seed_from_env()
