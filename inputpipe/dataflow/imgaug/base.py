@@ -21,6 +21,10 @@ by default, reproducible when a global seed is set. A copy of an augmentor that 
 process (fork, or pickled for spawn/forkserver workers) makes a new RNG there the first time it
 draws, so worker processes never repeat each other's numbers even if nobody calls
 ``reset_state()`` in them.
+
+Inside a parallel map's call (a :func:`~inputpipe.dataflow.seeding.datapoint_context`),
+``self.rng`` is instead a stream of the datapoint's own seed: the augmentors draw the same numbers
+for a datapoint whichever worker maps it, with any number of workers, and after a restore.
 """
 import inspect
 import os
@@ -31,7 +35,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...utils.logger import get_logger
-from ..seeding import new_rng
+from ..seeding import augmentor_rng, new_rng
 
 __all__ = ["Augmentor", "ImageAugmentor", "AugmentorList", "PhotometricAugmentor"]
 
@@ -170,7 +174,13 @@ class ImageAugmentor:
 
     @property
     def rng(self) -> np.random.RandomState:
-        """This augmentor's ``RandomState``; remade in a process other than the one that made it."""
+        """This augmentor's ``RandomState``; remade in a process other than the one that made it.
+
+        While a parallel map maps a datapoint, it is that datapoint's stream for this augmentor
+        (see :func:`~inputpipe.dataflow.seeding.augmentor_rng`) and the per-process one is untouched."""
+        rng = augmentor_rng(self)
+        if rng is not None:
+            return rng
         state = self.__dict__
         rng = state.get("_rng")
         if rng is None or state.get("_rng_pid") != os.getpid():
