@@ -145,8 +145,11 @@ class InputPosition:
     def record_op(self, seq: tf.Tensor) -> tf.Operation:
         """An op recording that the step consumed the datapoint (or batch ending with) ``seq``."""
         with on_host():
-            seq = tf.reshape(tf.cast(seq, tf.int64), [-1])[-1:]
-            return tf.compat.v1.scatter_max(self.variable, [0], seq, name="record_input_position").op
+            if seq.dtype != tf.int64:
+                seq = tf.cast(seq, tf.int64)
+            # a batch's number is its last datapoint's (the queue is FIFO: every earlier one is taken)
+            last = tf.reshape(seq, [1]) if seq.shape.rank == 0 else tf.reshape(seq, [-1])[-1:]
+            return tf.compat.v1.scatter_max(self.variable, [0], last, name="record_input_position").op
 
     def recorded(self, tensors: List[tf.Tensor], seq: tf.Tensor) -> List[tf.Tensor]:
         """``tensors`` as identities that record ``seq`` whenever a step uses any of them (no
