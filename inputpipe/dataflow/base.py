@@ -248,6 +248,9 @@ class DataFlow:
         assert list(df)[3] == [3, 9]
     """
 
+    #: Why this class is not resumable, when the generic message would not say it (set per class).
+    _not_resumable_reason: Optional[str] = None
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         # tensorpack's pre-0.9 API: a class that defines get_data()/size() and not __iter__/__len__

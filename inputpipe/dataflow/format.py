@@ -102,8 +102,9 @@ class LMDBData(RNGDataFlow):
                 for key, value in itertools.islice(records, order.start if isinstance(order, range) else 0, None):
                     yield [key, value]
                 return
+            keys = self.keys or []
             for index in order:
-                key = self.keys[index]
+                key = keys[index]
                 value = txn.get(key)
                 if value is None:
                     raise DatasetFormatError("{}: key {!r} is not in the file".format(self._what, key))

@@ -55,7 +55,7 @@ class DataFromList(RNGDataFlow):
         lst = self.lst
         order, token = indexed_epoch(self, self._cursor, len(lst), self.shuffle)
         if not self.shuffle:
-            items = iter(lst) if not order.start else map(lst.__getitem__, order)
+            items = iter(lst) if isinstance(order, range) and not order.start else map(lst.__getitem__, order)
         else:
             # Gathering the shuffled references in one tight loop is 5-8% faster for a whole
             # pipeline than a lazy map: the random reads into the list overlap instead of

@@ -277,7 +277,16 @@ class RemoteDataZMQ(DataFlow):
         with df:
             for dp in df:
                 ...
+
+    Not resumable: what arrived on the socket is gone once taken, the producers run in other
+    processes with their own positions, and how their datapoints interleave is not repeatable.
+    Make the producers' flows resumable and save their states on their side instead.
     """
+
+    _not_resumable_reason = (
+        "RemoteDataZMQ is not resumable: datapoints taken from the socket are gone, its producers run "
+        "elsewhere with their own positions, and how their datapoints interleave is not repeatable; "
+        "save and restore the producers' flow states on their side instead")
 
     def __init__(self, addr1: Union[str, int], addr2: Union[str, int, None] = None, hwm: int = 50,
                  bind: bool = True, *, max_bytes: int = serialize.DEFAULT_MAX_MESSAGE_BYTES,

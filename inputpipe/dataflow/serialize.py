@@ -290,7 +290,7 @@ class _TFRecordFile(DataFlow):
         self._allow_pickle = allow_pickle
         self._tensorpack = False
         self._cursor = EpochCursor()
-        self._offset = None
+        self._offset: Optional[int] = None
         with open(path, "rb") as f:
             self._check_header(f)
 
@@ -367,7 +367,7 @@ class _TFRecordFile(DataFlow):
 
     def reset_state(self) -> None:
         self._cursor.reset()
-        self._offset: Optional[int] = None
+        self._offset = None
 
     def __iter__(self) -> Iterator[Any]:
         _, start, token = self._cursor.begin()

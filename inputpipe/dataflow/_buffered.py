@@ -1,0 +1,334 @@
+"""Flows that buffer datapoints: LocallyShuffleData (a shuffling buffer) and CacheData (the first
+epoch kept in memory). Their states hold positions, never data; a restore re-reads what was
+buffered from the input (see each class).
+
+Example::
+
+    from inputpipe.dataflow import CacheData, DataFromList
+    df = CacheData(DataFromList([[1], [2]], shuffle=False))
+    df.reset_state()
+    assert list(df) == [[1], [2]] and list(df) == [[1], [2]]
+"""
+from collections import deque
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+import numpy as np
+
+from ._helpers import END, EpochCursor, check_positive_int, close_iterators, epoch_rng, length_of
+from .base import (
+    DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, StateMismatchError, check_state, get_length,
+    is_resumable, require_rng,
+)
+from .seeding import new_rng
+
+__all__ = ["LocallyShuffleData", "CacheData"]
+
+
+class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
+    """Shuffle through a buffer of ``buffer_size`` datapoints, for inputs too big to shuffle whole.
+
+    Each input datapoint enters the buffer ``num_reuse`` times; once the buffer is full, every
+    new entry pushes out the oldest one, which is produced. The buffer is shuffled after every
+    ``shuffle_interval`` input datapoints (default ``buffer_size // 3``). The input is iterated
+    continuously and the buffer is kept from one epoch to the next (so the first epoch reads
+    ahead by ``buffer_size``), hence this flow is not re-entrant.
+
+    An epoch has ``len(ds) * num_reuse`` datapoints. Unlike tensorpack (whose iterator never
+    ends although it has a length), iteration stops there; an input without a length makes an
+    epoch end when the input's epoch ends.
+
+    Resuming: the k-th shuffle draws from a RandomState seeded from (base seed, k). The state
+    holds no data: the numbers of the entries in the buffer (one int per buffered entry, in
+    buffer order), the input's state from before the oldest of them was read, and counters. A
+    restore re-reads the input from there up to where the buffer was, keeps the entries that
+    were in the buffer, and continues; the re-read datapoints are not yielded again.
+
+    Example::
+
+        df = LocallyShuffleData(DataFromList(records, shuffle=False), buffer_size=1000)
+    """
+
+    def __init__(self, ds: DataFlow, buffer_size: int, num_reuse: int = 1, shuffle_interval: Optional[int] = None):
+        ProxyDataFlow.__init__(self, ds)
+        self.buffer_size = check_positive_int("LocallyShuffleData", "buffer_size", buffer_size)
+        self.num_reuse = check_positive_int("LocallyShuffleData", "num_reuse", num_reuse)
+        if shuffle_interval is None:
+            shuffle_interval = max(1, self.buffer_size // 3)
+        self.shuffle_interval = check_positive_int("LocallyShuffleData", "shuffle_interval", shuffle_interval)
+        self._guard = DataFlowReentrantGuard("LocallyShuffleData")
+        self._clear()
+
+    def _clear(self) -> None:
+        self._buffer: deque = deque()
+        self._slots: deque = deque()        # the entry number of each buffered datapoint
+        self._held: Dict[int, int] = {}    # input datapoint number -> its entries in the buffer
+        self._before: deque = deque()      # (input datapoint number, input state before it)
+        self._source: Optional[Iterator[Any]] = None
+        self._entries = 0
+        self._produced = 0
+        self._since_epoch = 0
+        self._record = False
+        self._restore: Optional[Dict[str, Any]] = None
+
+    def reset_state(self) -> None:
+        ProxyDataFlow.reset_state(self)
+        RNGDataFlow.reset_state(self)
+        if self._source is not None:
+            close_iterators([self._source])
+        self._clear()
+
+    def __len__(self) -> int:
+        return length_of(self, self.ds) * self.num_reuse
+
+    def _entries_from(self, first_entry: int) -> Iterator[Any]:
+        """Input datapoints, each ``num_reuse`` times, epoch after epoch, as (entry number, dp);
+        ``END`` between epochs. Records the input's state before each datapoint it reads."""
+        ds, reuse, entry = self.ds, self.num_reuse, first_entry
+        while True:
+            itr = iter(ds)
+            try:
+                while True:
+                    if self._record:
+                        self._before.append((entry // reuse, ds.get_state()))
+                    dp = next(itr, END)
+                    if dp is END:
+                        if self._record:
+                            self._before.pop()
+                        break
+                    for _ in range(reuse):
+                        yield entry, dp
+                        entry += 1
+            finally:
+                close_iterators([itr])
+            yield END
+
+    def _replay(self, restore: Dict[str, Any]) -> None:
+        """Re-read the input from the restored anchor up to the restored entry count and rebuild
+        the buffer (the input is already at the anchor's state)."""
+        slots = restore["slots"]
+        wanted = set(slots)
+        found: Dict[int, Any] = {}
+        entry = restore["anchor_entry"]
+        self._source = self._entries_from(entry)
+        while entry < restore["entries"]:
+            item = next(self._source)
+            if item is END:
+                continue
+            entry, dp = item
+            if entry in wanted:
+                found[entry] = dp
+            entry += 1
+        self._buffer = deque(found[e] for e in slots)
+        self._slots = deque(slots)
+        self._held = {}
+        for e in slots:
+            self._held[e // self.num_reuse] = self._held.get(e // self.num_reuse, 0) + 1
+        self._entries = restore["entries"]
+
+    def __iter__(self) -> Iterator[Any]:
+        restore, self._restore = self._restore, None
+        self._produced = restore["produced"] if restore else 0
+        return self._epoch(restore)
+
+    def _epoch(self, restore: Optional[Dict[str, Any]]) -> Iterator[Any]:
+        with self._guard:
+            require_rng(self)
+            target = get_length(self)
+            if restore is not None:
+                self._since_epoch = restore["since_epoch"]
+            if self._source is None:
+                self._record = is_resumable(self.ds)
+                if restore is not None and restore["entries"]:
+                    self._replay(restore)
+                else:
+                    self._source = self._entries_from(self._entries)
+            buffer, slots, held, source = self._buffer, self._slots, self._held, self._source
+            interval, reuse = self.shuffle_interval * self.num_reuse, self.num_reuse
+            while target is None or self._produced < target:
+                item = next(source)
+                if item is END:
+                    if target is None:
+                        self._since_epoch = 0
+                        return
+                    if self._since_epoch == 0:
+                        raise RuntimeError("LocallyShuffleData: its input produced no datapoints in an "
+                                           "epoch, so {} cannot be produced".format(target))
+                    self._since_epoch = 0
+                    continue
+                entry, dp = item
+                self._since_epoch += 1
+                self._entries = entry + 1
+                if self._entries % interval == 0:
+                    self._shuffle(self._entries // interval)
+                held[entry // reuse] = held.get(entry // reuse, 0) + 1
+                if len(buffer) < self.buffer_size:
+                    buffer.append(dp)
+                    slots.append(entry)
+                    continue
+                oldest = buffer.popleft()
+                gone = slots.popleft() // reuse
+                if held[gone] == 1:
+                    del held[gone]
+                    self._prune_before()
+                else:
+                    held[gone] -= 1
+                buffer.append(dp)
+                slots.append(entry)
+                self._produced += 1
+                yield oldest
+            self._produced = 0
+
+    def _shuffle(self, number: int) -> None:
+        """The ``number``-th shuffle of the buffer (its entry numbers move with it)."""
+        buffer, slots = self._buffer, self._slots
+        order = epoch_rng(self, self.base_seed, number).permutation(len(buffer)).tolist()
+        shuffled, numbers = [buffer[i] for i in order], [slots[i] for i in order]
+        buffer.clear()
+        buffer.extend(shuffled)
+        slots.clear()
+        slots.extend(numbers)
+
+    def _prune_before(self) -> Optional[int]:
+        """Forget the input states of datapoints that left the buffer for good; returns the
+        number of the input datapoint whose reuses are not all in yet (None if there is none)."""
+        reuse, before, held = self.num_reuse, self._before, self._held
+        current = (self._entries - 1) // reuse if self._entries % reuse else None
+        while before and before[0][0] not in held and before[0][0] != current:
+            before.popleft()
+        return current
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "seed", "entries", "slots", "anchor", "anchor_entry", "produced", "since_epoch"}``."""
+        before, held = self._before, self._held
+        current = self._prune_before()
+        reuse = self.num_reuse
+        if before and (before[0][0] in held or before[0][0] == current):
+            anchor_dp, anchor = before[0]
+            anchor_entry = anchor_dp * reuse
+        else:
+            anchor, anchor_entry = self.ds.get_state(), self._entries
+        return {"type": "LocallyShuffleData", "seed": self.base_seed, "entries": self._entries,
+                "slots": list(self._slots), "anchor": anchor, "anchor_entry": anchor_entry,
+                "produced": self._produced, "since_epoch": self._since_epoch}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"seed": int, "entries": int, "slots": list, "anchor": dict,
+                                          "anchor_entry": int, "produced": int, "since_epoch": int})
+        if len(state["slots"]) > self.buffer_size or any(
+                not state["anchor_entry"] <= e < state["entries"] for e in state["slots"]):
+            raise StateMismatchError("LocallyShuffleData.set_state: the state's buffer of {} entries does not "
+                                     "fit buffer_size={} and entries {}..{}".format(
+                                         len(state["slots"]), self.buffer_size, state["anchor_entry"],
+                                         state["entries"]))
+        if self._source is not None:
+            close_iterators([self._source])
+        self._clear()
+        self.ds.set_state(state["anchor"])
+        self.base_seed = state["seed"]
+        self._entries = state["entries"]
+        self._restore = state
+
+
+class CacheData(ProxyDataFlow):
+    """Keep the first complete epoch of the input in memory and produce later epochs from it
+    (shuffled every epoch when ``shuffle=True``).
+
+    The cache is kept only once a first epoch ran to its end; an interrupted first epoch is
+    discarded and the next one reads the input again (tensorpack would keep the partial cache
+    and silently lose the rest of the data). ``reset_state()`` empties the cache.
+
+    Resuming: the state holds the input's state from before the cache was filled, the epoch and
+    position, and the base seed of the shuffles (epoch ``e`` is shuffled with a RandomState
+    seeded from (base seed, ``e``); the fill is epoch 0). A restore re-reads the input from that
+    state: during the fill, the datapoints already yielded (not yielded again); afterwards, the
+    whole first epoch, to rebuild the cache.
+
+    Example::
+
+        df = CacheData(MapData(DataFromList(files, shuffle=False), expensive_decode), shuffle=True)
+    """
+
+    def __init__(self, ds: DataFlow, shuffle: bool = False):
+        super().__init__(ds)
+        self.shuffle = shuffle
+        self.rng: Optional[np.random.RandomState] = None
+        self.base_seed: Optional[int] = None
+        self._cache: Optional[List[Any]] = None
+        self._guard = DataFlowReentrantGuard("CacheData (while filling its cache)")
+        self._cursor = EpochCursor()
+        self._fill_start: Optional[Dict[str, Any]] = None
+        self._filling = False
+        self._fill_position = 0
+        self._restore: Optional[Dict[str, Any]] = None
+
+    def reset_state(self) -> None:
+        super().reset_state()
+        if self.shuffle:
+            rng = new_rng(self)
+            self.rng, self.base_seed = rng, int(rng.randint(0, 2 ** 32, dtype=np.int64))
+        self._cache = None
+        self._cursor.reset()
+        self._fill_start, self._filling, self._fill_position, self._restore = None, False, 0, None
+
+    def __len__(self) -> int:
+        if self._cache is not None:
+            return len(self._cache)
+        return length_of(self, self.ds)
+
+    def __iter__(self) -> Iterator[Any]:
+        restore, self._restore = self._restore, None
+        if restore is not None:
+            if not restore["filled"]:
+                return self._fill(restore["position"])
+            self._fill_start = restore["input"]
+            self._cache = list(self.ds)
+            self._cursor.restore(restore["epoch"], restore["position"])
+        cache = self._cache
+        if cache is None:
+            return self._fill(0)
+        epoch, start, token = self._cursor.begin()
+        if not self.shuffle:
+            order: Sequence[int] = range(start, len(cache))
+        else:
+            order = epoch_rng(self, self.base_seed, epoch).permutation(len(cache))[start:].tolist()
+        return self._cursor.track(map(cache.__getitem__, order), token)
+
+    def _fill(self, skip: int) -> Iterator[Any]:
+        with self._guard:
+            self._fill_start = self.ds.get_state() if is_resumable(self.ds) else None
+            self._filling, self._fill_position = True, 0
+            try:
+                cache = []
+                for dp in self.ds:
+                    cache.append(dp)
+                    self._fill_position = len(cache)
+                    if self._fill_position > skip:
+                        yield dp
+                self._cache = cache
+                self._cursor.restore(1, 0)
+            finally:
+                self._filling = False
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "filled", "input", "epoch", "position", "seed"}``; ``input`` is the input's
+        state from before the cache was filled (its current state before any fill)."""
+        if self._cache is None and not self._filling:
+            return {"type": "CacheData", "filled": False, "input": self.ds.get_state(), "epoch": 0,
+                    "position": 0, "seed": self.base_seed}
+        if self._fill_start is None:
+            self.ds.check_resumable()
+        if self._cache is None:
+            return {"type": "CacheData", "filled": False, "input": self._fill_start, "epoch": 0,
+                    "position": self._fill_position, "seed": self.base_seed}
+        return {"type": "CacheData", "filled": True, "input": self._fill_start, "epoch": self._cursor.epoch,
+                "position": self._cursor.position, "seed": self.base_seed}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"filled": bool, "input": dict, "epoch": int, "position": int,
+                                          "seed": (int, type(None))})
+        if self.shuffle and state["seed"] is None:
+            raise StateMismatchError("CacheData.set_state: shuffle=True needs a seed in the state, got None (a "
+                                     "state of an unshuffled CacheData?)")
+        self.ds.set_state(state["input"])
+        self.base_seed = state["seed"] if self.shuffle else None
+        self._cache, self._restore = None, state
