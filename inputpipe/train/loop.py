@@ -174,7 +174,7 @@ def train(train_op: Any, source: InputSource, steps: int, *, fetches: Optional[D
         raise ValueError("train: steps must be >= 0, got {}".format(steps))
     graph = source._graph
     own_session = session is None
-    if own_session:
+    if session is None:
         session = tf.compat.v1.Session(graph=graph)
         with graph.as_default():
             session.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])

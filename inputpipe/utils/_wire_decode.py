@@ -4,7 +4,7 @@ message from its header and frames, refusing anything the format does not define
 import math
 import re
 import struct
-from typing import Any, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -147,10 +147,11 @@ class _Decoder:
         return np.frombuffer(data, dtype=dtype, count=1, offset=1 + data[0])[0]
 
 
-_parsed_head_cache = {}
+# description bytes -> (dtype, shape, order, nbytes)
+_parsed_head_cache: Dict[bytes, Tuple[np.dtype, Tuple[int, ...], int, int]] = {}
 
 
-def _parse_array_head(data: bytes, at: int, kind: str):
+def _parse_array_head(data: bytes, at: int, kind: str) -> Tuple[np.dtype, Tuple[int, ...], int, int, int]:
     """Validate the array description at ``data[at:]``; returns (dtype, shape as stored,
     order, nbytes, end of the description). Cached by the description's bytes."""
     if len(data) < at + _ARRAY_HEAD.size:

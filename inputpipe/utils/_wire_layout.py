@@ -4,7 +4,7 @@ the decoder; the public names are re-exported by :mod:`inputpipe.utils.serialize
 """
 import re
 import struct
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import msgpack
 import numpy as np
@@ -90,7 +90,7 @@ def _ext(code: int, data: bytes) -> msgpack.ExtType:
     return tuple.__new__(msgpack.ExtType, (code, data))
 
 
-_head_cache = {}
+_head_cache: Dict[Tuple[bytes, Tuple[int, ...], int], bytes] = {}
 
 
 def _array_head(dtype_name: bytes, shape: tuple, order: int) -> bytes:

@@ -16,7 +16,8 @@ Example::
 """
 import sys
 import warnings
-from typing import Any, Dict
+from types import FrameType
+from typing import Any, Dict, Optional
 
 __all__ = ["renamed_argument", "no_other_arguments", "warn_deprecated"]
 
@@ -24,7 +25,8 @@ __all__ = ["renamed_argument", "no_other_arguments", "warn_deprecated"]
 def _user_stacklevel() -> int:
     """The ``stacklevel`` of the first frame outside inputpipe, as seen from ``warnings.warn``
     called in :func:`warn_deprecated`."""
-    level, frame = 1, sys._getframe(1)
+    level = 1
+    frame: Optional[FrameType] = sys._getframe(1)
     while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "inputpipe":
         frame = frame.f_back
         level += 1

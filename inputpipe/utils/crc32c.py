@@ -15,10 +15,12 @@ Example::
     assert crc32c(b"123456789") == 0xE3069283
     masked_crc32c(b"record")       # the form stored in TFRecord files
 """
+from types import ModuleType
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+_google_crc32c: Optional[ModuleType]
 try:
     import google_crc32c as _google_crc32c
 except ImportError:  # the extra is not installed: the numpy fallback below is used
@@ -161,7 +163,8 @@ def crc32c(data) -> int:
     """
     if _native is not None:
         # The extension takes read-only buffers only; a uint8 view of any buffer is one, without a copy.
-        return _native(np.frombuffer(memoryview(data).cast("B"), np.uint8))
+        # (google-crc32c's stubs say bytes)
+        return _native(np.frombuffer(memoryview(data).cast("B"), np.uint8))  # type: ignore[arg-type]
     return crc32c_fallback(data)
 
 

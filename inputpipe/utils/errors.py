@@ -133,7 +133,8 @@ def worker_error_class(original_type: Optional[type]) -> Type[WorkerError]:
 def _derive(original_type: type) -> Type[WorkerError]:
     name = "WorkerError[{}]".format(original_type.__name__)
     try:
-        cls = type(WorkerError)(name, (WorkerError, original_type), {
+        metaclass: type = type(WorkerError)
+        cls: Type[WorkerError] = metaclass(name, (WorkerError, original_type), {
             "__module__": __name__, "__qualname__": name, "original_type": original_type})
         cls("probe", "worker", reason="probe")      # a class that cannot be made or raised is no use
     except Exception:

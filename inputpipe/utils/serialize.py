@@ -27,7 +27,7 @@ Example::
     img, label, meta = loads_frames(frames)  # img shares memory with frames[1]
 """
 import struct
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import msgpack
 import numpy as np
@@ -58,6 +58,8 @@ __all__ = [
 ]
 
 _TUPLE_MARK = _ext(_EXT_TUPLE, b"")
+# Subclasses of these travel as the plain type.
+_PLAIN_BASES: Tuple[type, ...] = (float, str, bytes, list, dict)
 
 
 # ----------------------------------------------------------------------------------- encoding
@@ -99,7 +101,7 @@ class _Encoder:
                 raise TypeError("cannot serialize int {}: it does not fit in 64 bits (the wire format "
                                 "carries -2**63 .. 2**64-1)".format(_short_repr(obj)))
             return int(obj)
-        for base in (float, str, bytes, list, dict):
+        for base in _PLAIN_BASES:
             if isinstance(obj, base):
                 return base(obj)
         raise TypeError("cannot serialize an object of type {}.{} ({}): the wire format carries "
@@ -124,7 +126,8 @@ class _Encoder:
         else:
             memory = np.ascontiguousarray(arr)  # the one copy of a strided array
         index = len(self.frames)
-        self.frames.append(memoryview(memory).cast("B"))
+        # ndarray.data is memoryview(memory) (numpy's stubs type ndarray as a buffer only on Python >= 3.12)
+        self.frames.append(memory.data.cast("B"))
         return _ext(_EXT_ARRAY, _FRAME_INDEX.pack(index) + head)
 
     @staticmethod
@@ -241,7 +244,7 @@ def loads(data: Any, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, copy: bool = Fa
         raise WireFormatError("loads: this is the header frame of a multi-frame message with {} array "
                               "frames (made by dumps_frames); decode all frames with loads_frames".format(
                                   len(sizes)))
-    frames = []
+    frames: List[memoryview] = []
     for size in sizes:
         start = _align(offset)
         if start + size > len(view):
