@@ -29,9 +29,9 @@ class Numbered(DataFlow):
         return self.n
 
     def __iter__(self):
+        # as the library's flows: a state taken after an epoch's last datapoint resumes with the
+        # (empty) rest of that epoch, then the next one
         self.iterations += 1
-        if self.position >= self.n:       # a state taken at the end of an epoch: the next one starts
-            self.epoch, self.position = self.epoch + 1, 0
         while self.position < self.n:
             value = self.epoch * 100 + self.position
             self.position += 1
@@ -119,6 +119,29 @@ def test_restored_session_continues_after_the_last_consumed_datapoint(tmp_path, 
     assert document["format"] == 1 and document["dataflow"] == "Numbered"
     consumed = 12 * per_step
     assert document["state"] == {"type": "Numbered", "epoch": consumed // 7, "position": consumed % 7}
+
+
+@pytest.mark.parametrize("kind", ["queue", "staging", "feed"])
+def test_restored_exactly_at_the_end_of_an_epoch_continues_with_the_next(tmp_path, kind):
+    first, _ = train(str(tmp_path), kind, 7)
+    assert saved_position(str(tmp_path))["state"] == {"type": "Numbered", "epoch": 0, "position": 7}
+    second, _ = train(str(tmp_path), kind, 3)
+    assert first + second == expected_values(7, 10)
+
+
+def test_finite_source_restored_at_its_end_has_nothing_left(tmp_path):
+    train(str(tmp_path), "queue", 7)
+    graph = tf.Graph()
+    with graph.as_default():
+        source = QueueInput(Numbered(), infinite=False)
+        source.setup(SPEC)
+        x, = source.get_input_tensors()
+        step = tf.compat.v1.train.get_or_create_global_step()
+        with pytest.raises(tf.errors.OutOfRangeError):
+            with tf.compat.v1.Session(graph=graph) as sess:
+                tf.compat.v1.train.Saver().restore(sess, tf.train.latest_checkpoint(str(tmp_path)))
+                with source.session(sess) as run:
+                    run([x, step])
 
 
 def test_checkpoint_holds_what_was_consumed_not_what_was_read_ahead(tmp_path):

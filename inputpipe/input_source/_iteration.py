@@ -14,10 +14,12 @@ class EndOfData(Exception):
     """A finite DataFlow has no more datapoints (turned into ``OutOfRangeError`` for training)."""
 
 
-def iterate_datapoints(ds: Any, infinite: bool, owner: str) -> Iterator[Any]:
+def iterate_datapoints(ds: Any, infinite: bool, owner: str, resumed: bool = False) -> Iterator[Any]:
     """Yield datapoints of ``ds``; with ``infinite``, start a new epoch whenever one ends.
 
-    Raises :class:`InputSourceError` if an epoch yields nothing (it would spin forever).
+    Raises :class:`InputSourceError` if an epoch yields nothing (it would spin forever), except
+    the first one after ``ds.set_state()`` (``resumed``): a state saved after the last datapoint
+    of an epoch resumes with the rest of that epoch, which is empty (a finite source then ends).
     Returns (ends the iteration) when a finite DataFlow ends or it raises ``DataFlowTerminated``.
     """
     while True:
@@ -30,9 +32,10 @@ def iterate_datapoints(ds: Any, infinite: bool, owner: str) -> Iterator[Any]:
             return
         if not infinite:
             return
-        if count == 0:
+        if count == 0 and not resumed:
             raise InputSourceError("{}: the DataFlow {} produced no datapoint in an epoch, so it cannot be "
                                    "repeated; is it an exhausted generator?".format(owner, type(ds).__name__))
+        resumed = False
 
 
 def close_dataflow(ds: Any, owner: str) -> None:

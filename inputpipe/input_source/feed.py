@@ -77,6 +77,7 @@ class FeedInput(InputSource):
         self._position = InputPosition(self.name, self.ds, track=track_state)
         self._track_state = bool(track_state)
         self._session = None
+        self._resumed = False         # the next iteration continues from a restored state
         self._iterator = None
         self._claimed_feed: Optional[Dict[tf.Tensor, Any]] = None
         self._claims_ended = False    # a claim met the end: stays ended until reset_state()
@@ -120,6 +121,7 @@ class FeedInput(InputSource):
             self.reset_state()
         self._session = session
         state = self._position.start_session(session)
+        self._resumed = state is not None
         if state is not None:
             self.ds.set_state(state)
 
@@ -140,7 +142,8 @@ class FeedInput(InputSource):
         if not self._reset_done:
             self.reset_state()
         if self._iterator is None:
-            self._iterator = iterate_datapoints(self.ds, self.infinite, self.name)
+            self._iterator = iterate_datapoints(self.ds, self.infinite, self.name, self._resumed)
+            self._resumed = False
         try:
             datapoint = next(self._iterator)
         except StopIteration:

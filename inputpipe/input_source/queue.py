@@ -98,6 +98,7 @@ class QueueInput(FeedfreeInput):
             self._position.disable(self._worker_feed.not_resumable_reason())
         self._track_state = bool(track_state)
         self._tagged = True          # the queue carries the position numbers (set up in _setup)
+        self._resumed = False        # this session's DataFlow continues from a restored state
         self._thread: Optional[EnqueueThread] = None
         self._claimed = 0            # datapoints reserved by _claim_batch() in this session
         self._dequeued = 0           # datapoints the steps of this session took (without a wrapper)
@@ -284,8 +285,8 @@ class QueueInput(FeedfreeInput):
     def _datapoints(self, should_stop: Callable[[], bool]) -> Iterator[Any]:
         """The datapoints to enqueue (run in the feeding thread)."""
         if self._worker_feed is not None:
-            return self._worker_feed.datapoints(self.infinite)
-        return iterate_datapoints(self.ds, self.infinite, self.name)
+            return self._worker_feed.datapoints(self.infinite, self._resumed)
+        return iterate_datapoints(self.ds, self.infinite, self.name, self._resumed)
 
     def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
         self._stop(None)
@@ -294,6 +295,7 @@ class QueueInput(FeedfreeInput):
             self.reset_state()
         try:
             state = self._position.start_session(session)
+            self._resumed = state is not None
             if state is not None:
                 (self._worker_feed or self.ds).set_state(state)
                 logger.info("%s: the DataFlow continues from the restored input position", self.name)

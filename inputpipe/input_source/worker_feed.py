@@ -107,9 +107,10 @@ class WorkerFeed:
             return datapoint[2]
         return None
 
-    def datapoints(self, infinite: bool) -> Iterator[Any]:
+    def datapoints(self, infinite: bool, resumed: bool = False) -> Iterator[Any]:
         """The worker's datapoints in order: one pass, or (``infinite``) pass after pass.
-        An infinite pass that yields nothing raises :class:`InputSourceError` (it would spin)."""
+        An infinite pass that yields nothing raises :class:`InputSourceError` (it would spin),
+        except the first one after :meth:`set_state` (``resumed``: the rest of a finished epoch)."""
         runner = self._runner
         if runner is None:
             raise InputSourceError("{}: the DataFlow's worker is not running (call reset_state())".format(self.owner))
@@ -122,11 +123,11 @@ class WorkerFeed:
                 continue
             if how == _TERMINATED or not infinite:
                 return
-            if count == 0:
+            if count == 0 and not resumed:
                 raise InputSourceError("{}: the DataFlow {} produced no datapoint in an epoch, so it cannot be "
                                        "repeated; is it an exhausted generator?".format(
                                            self.owner, type(self.ds).__name__))
-            count = 0
+            count, resumed = 0, False
 
     def not_resumable_reason(self) -> Optional[str]:
         """Why the position of ``ds`` cannot be tracked through the worker, or None when it can
