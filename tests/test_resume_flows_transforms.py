@@ -1,0 +1,137 @@
+"""Resumable transforms, batching and combining flows: a run cut after k datapoints, its state
+through JSON and a fresh flow restored from it (under another global seed) continue exactly as the
+uninterrupted run, across epochs (see tests/resume_helpers.py)."""
+import numpy as np
+import pytest
+
+from inputpipe.dataflow import (
+    AugmentImageComponent, BatchData, BatchDataByShape, CacheData, ConcatData, DataFromList, FilterData,
+    FixedSizeData, JoinData, LocallyShuffleData, MapData, MapDataComponent, PrintData, RandomChooseData,
+    RandomMixData, RepeatedData, RepeatedDataPoint, SelectComponent, imgaug,
+)
+from resume_helpers import check_resume, epochs, take
+
+
+def numbers(n=7, shuffle=True):
+    return DataFromList([[i, "s%d" % i] for i in range(n)], shuffle=shuffle)
+
+
+def shapes(n=13):
+    return DataFromList([[np.zeros((i % 3 + 1,), "int32") + i, i] for i in range(n)], shuffle=True)
+
+
+class _Negate(imgaug.ImageAugmentor):
+    """A deterministic augmentor: its output depends on the image only, so it resumes exactly."""
+
+    def _get_augment_params(self, img):
+        return None
+
+    def _augment(self, img, param):
+        return -img
+
+
+CASES = {
+    # name: (factory, cuts: 0, mid-epoch, exactly at an epoch's end, across epochs)
+    "MapData": (lambda: MapData(numbers(), lambda dp: None if dp[0] == 3 else [dp[0] * 2]), [0, 2, 6, 7, 9]),
+    "MapDataComponent": (lambda: MapDataComponent(numbers(), lambda x: x + 100, 0), [0, 3, 7, 10]),
+    "FilterData": (lambda: FilterData(numbers(), lambda dp: dp[0] % 2), [0, 1, 3, 4, 7]),
+    "SelectComponent": (lambda: SelectComponent(numbers(), [1, 0]), [0, 3, 7, 10]),
+    "PrintData": (lambda: PrintData(numbers(), num=0), [0, 3, 7, 10]),
+    "AugmentImageComponent": (lambda: AugmentImageComponent(
+        DataFromList([[np.full((2, 2), i, "float32"), i] for i in range(5)]), [_Negate()]), [0, 2, 5, 7]),
+    "FixedSizeData": (lambda: FixedSizeData(numbers(), 5), [0, 2, 5, 6, 12]),
+    "FixedSizeData(keep_state=False)": (lambda: FixedSizeData(numbers(), 5, keep_state=False), [0, 2, 5, 6, 12]),
+    "RepeatedData": (lambda: RepeatedData(numbers(), 3), [0, 2, 7, 14, 21, 23]),
+    "RepeatedData(-1)": (lambda: RepeatedData(numbers(), -1), [0, 2, 7, 14, 23]),
+    "RepeatedDataPoint": (lambda: RepeatedDataPoint(numbers(), 3), [0, 1, 2, 3, 4, 20, 21, 22]),
+    "LocallyShuffleData": (lambda: LocallyShuffleData(numbers(20), 5, num_reuse=2, shuffle_interval=2),
+                           [0, 1, 3, 5, 8, 20, 39, 40, 41, 70]),
+    "LocallyShuffleData(RepeatedData(-1))": (lambda: LocallyShuffleData(RepeatedData(numbers(20), -1), 6),
+                                             [0, 1, 5, 20, 41, 70]),
+    "CacheData(shuffle)": (lambda: CacheData(numbers(), shuffle=True), [0, 3, 7, 8, 15]),
+    "CacheData": (lambda: CacheData(numbers(shuffle=False)), [0, 3, 7, 8, 15]),
+    "BatchData": (lambda: BatchData(numbers(10), 3), [0, 1, 3, 4, 7]),
+    "BatchData(remainder)": (lambda: BatchData(numbers(10), 3, remainder=True), [0, 1, 3, 4, 7, 8, 12]),
+    "BatchData(remainder, use_list)": (lambda: BatchData(numbers(10), 3, remainder=True, use_list=True),
+                                       [0, 3, 4, 8]),
+    "RepeatedData(BatchData(remainder))": (lambda: RepeatedData(BatchData(numbers(10), 3, remainder=True), 2),
+                                           [0, 3, 4, 7, 8, 9, 15]),
+    "BatchDataByShape(2)": (lambda: BatchDataByShape(shapes(), 2, 0), [0, 1, 2, 3, 5, 8, 11]),
+    "BatchDataByShape(3)": (lambda: BatchDataByShape(shapes(), 3, 0), [0, 1, 2, 3, 5, 8, 11]),
+    "ConcatData": (lambda: ConcatData([numbers(3), numbers(4, False), numbers(2)]), [0, 2, 3, 7, 9, 10, 20]),
+    "JoinData": (lambda: JoinData([numbers(5), numbers(5, False)]), [0, 2, 5, 6, 11]),
+    "RandomMixData": (lambda: RandomMixData([numbers(5), numbers(7, False)]), [0, 2, 12, 13, 30]),
+    "RandomChooseData": (lambda: RandomChooseData([(numbers(5), 0.3), (numbers(400, False), 0.7)]),
+                         [0, 2, 5, 8, 300]),
+    "RandomChooseData(forever)": (lambda: RandomChooseData([RepeatedData(numbers(5), -1),
+                                                            RepeatedData(numbers(4), -1)]),
+                                  [0, 2, 255, 256, 257, 600]),
+    "pipeline": (lambda: BatchData(LocallyShuffleData(RepeatedData(MapData(
+        ConcatData([numbers(6), numbers(5)]), lambda dp: [dp[0] * 3, dp[1]]), -1), 4), 3, use_list=True),
+        [0, 1, 4, 11, 12, 30]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_resumes_exactly(name):
+    make, cuts = CASES[name]
+    check_resume(make, cuts, after=40)
+
+
+def test_join_data_of_unequal_inputs_resumes(caplog):
+    check_resume(lambda: JoinData([numbers(5), numbers(7)]), [0, 2, 5, 6, 11], after=30)
+
+
+def test_batch_data_state_is_the_inputs_plus_the_partial_batch_flag():
+    df = BatchData(DataFromList([[i] for i in range(5)], shuffle=False), 2, remainder=True)
+    df.reset_state()
+    itr = iter(df)
+    take(itr, 3)
+    assert df.get_state() == {"type": "BatchData", "ended": True,
+                              "input": {"type": "DataFromList", "epoch": 1, "position": 0, "size": 5, "seed": None}}
+    assert take(itr, 1) == []
+    assert df.get_state()["ended"] is False
+
+
+def test_locally_shuffle_data_state_holds_entry_numbers_not_data():
+    df = LocallyShuffleData(DataFromList([[np.zeros(1000)] for _ in range(50)], shuffle=False), 8)
+    df.reset_state()
+    itr = epochs(df)
+    take(itr, 20)
+    state = df.get_state()
+    assert len(state["slots"]) == 8 and all(isinstance(e, int) for e in state["slots"])
+    assert state["entries"] == 28 and state["produced"] == 20
+    assert min(state["slots"]) >= state["anchor_entry"]
+    assert state["anchor"]["type"] == "DataFromList"
+    itr.close()
+
+
+def test_batch_data_by_shape_state_names_waiting_datapoints():
+    df = BatchDataByShape(DataFromList([[np.zeros(i % 2 + 1)] for i in range(9)], shuffle=False), 3, 0)
+    df.reset_state()
+    itr = iter(df)
+    take(itr, 1)   # the even datapoints 0, 2, 4 make the first batch; 1 and 3 wait
+    state = df.get_state()
+    assert state["held"] == [1, 3] and state["read"] == 5 and state["anchor_index"] == 1
+    assert state["anchor"] == {"type": "DataFromList", "epoch": 0, "position": 1, "size": 9, "seed": None}
+    itr.close()
+
+
+def test_cache_data_restore_refills_the_cache_from_the_input():
+    reads = []
+    source = MapData(DataFromList([[i] for i in range(4)], shuffle=False), lambda dp: reads.append(dp[0]) or dp)
+    df = CacheData(source, shuffle=True)
+    df.reset_state()
+    itr = epochs(df)
+    take(itr, 6)          # the fill (4), then 2 from the cache
+    assert reads == [0, 1, 2, 3]
+    state = df.get_state()
+    assert (state["filled"], state["epoch"], state["position"]) == (True, 1, 2)
+    reads.clear()
+    again = CacheData(MapData(DataFromList([[i] for i in range(4)], shuffle=False),
+                              lambda dp: reads.append(dp[0]) or dp), shuffle=True)
+    again.reset_state()
+    again.set_state(state)
+    rest = take(epochs(again), 2)
+    assert reads == [0, 1, 2, 3] and len(rest) == 2    # the whole first epoch re-read, nothing re-yielded
+    itr.close()
