@@ -162,10 +162,12 @@ class RayWorker:
         import ray
         return self.pid, ray.get_runtime_context().get_node_id()
 
-    def map(self, task: Any) -> Any:
+    def map(self, task: Any, ticket: List[int]) -> Any:
+        """Map ``task``, each datapoint seeded from ``ticket = [key, base seed, epoch, index]`` (an
+        actor runs one call at a time, so numpy's and Python's global RNGs are reseeded too)."""
         from .parallel_map import _apply
         try:
-            return _apply(self.func, self.batch_size, task)
+            return _apply(self.func, self.batch_size, task, ticket, reseed_global=True)
         except BaseException as err:  # noqa: BLE001 - reported to the consumer, which raises it
             return RemoteFailure(err, self.pid)
 

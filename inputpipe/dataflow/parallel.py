@@ -24,13 +24,14 @@ import queue
 import time
 import traceback
 import weakref
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from ..utils.compat import no_other_arguments, renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import worker_error_class
 from ..utils.workers import WorkerPool, WorkerPoolOwner
-from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, get_length
+from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, StateMismatchError,
+                   check_state, get_length, is_resumable)
 
 __all__ = [
     "MultiProcessRunnerZMQ",
@@ -41,6 +42,10 @@ __all__ = [
     "MultiProcessPrefetchData",
     "MultiThreadPrefetchData",
 ]
+
+
+#: Seconds get_state() waits for a new worker's first message.
+_STATE_TIMEOUT = 60.0
 
 
 def _check_positive(component: str, name: str, value: Any) -> int:
@@ -54,39 +59,66 @@ def _empty_epoch_error(ds: DataFlow) -> RuntimeError:
                         "forever on it".format(type(ds).__name__))
 
 
-def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[int]) -> None:
-    """Worker process of :class:`MultiProcessRunnerZMQ`: send ``ds`` forever, ``prefetch`` ahead."""
+def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[int], track: bool) -> None:
+    """Worker process of :class:`MultiProcessRunnerZMQ`: send ``ds`` forever, ``prefetch`` ahead.
+
+    Commands from the parent: an int (how many datapoints it has taken: room to send more), or
+    ``["restore", generation, state]`` (drop the current pass, ``ds.set_state(state)``, go on).
+    With ``track`` each message is ``[generation, datapoint, ds.get_state()]``, the state taken
+    right after ``ds`` yielded that datapoint."""
     ds.reset_state()
     unacknowledged = collections.deque()     # array bytes of each datapoint the parent has not taken
-    state = {"acked": 0, "bytes": 0}
+    state = {"acked": 0, "bytes": 0, "restore": None}
 
-    def apply(command):
+    def apply(command) -> bool:
+        """Handle one command; True when it asks for a restore."""
+        if isinstance(command, list):
+            state["restore"] = command
+            return True
         while state["acked"] < command:
             state["bytes"] -= unacknowledged.popleft()
             state["acked"] += 1
+        return False
 
+    generation = 0
+    may_be_empty = False                     # the first pass after a restore may have nothing left
+    if track:
+        end.send_datapoint([generation, ds.get_state()])     # the position before any datapoint
     while True:
+        if state["restore"] is not None:
+            _, generation, saved = state["restore"]
+            state["restore"] = None
+            ds.set_state(saved)
+            may_be_empty = True
         produced = 0
         started = time.perf_counter()
         for dp in ds:
             end.count_work(time.perf_counter() - started, 1)      # making the datapoint is work
             produced += 1
+            message = [generation, dp, ds.get_state()] if track else dp
+            restore = False
             command = end.receive_command(0)
-            while command is not None:
-                apply(command)
-                command = end.receive_command(0)
-            while len(unacknowledged) >= prefetch or (max_bytes is not None and state["bytes"] >= max_bytes):
+            while command is not None and not restore:
+                restore = apply(command)
+                command = end.receive_command(0) if not restore else None
+            while not restore and (len(unacknowledged) >= prefetch
+                                   or (max_bytes is not None and state["bytes"] >= max_bytes)):
                 command = end.receive_command(POLL_INTERVAL)
                 if command is not None:
-                    apply(command)
+                    restore = apply(command)
+            if restore:
+                break                                            # the parent drops this pass' rest
             sending = time.perf_counter()                        # waiting for room was not
-            nbytes = end.send_datapoint(dp)
+            nbytes = end.send_datapoint(message)
             started = time.perf_counter()
             end.count_work(started - sending)
             unacknowledged.append(nbytes)
             state["bytes"] += nbytes
-        if not produced:
+        if state["restore"] is not None:
+            continue
+        if not produced and not may_be_empty:
             raise _empty_epoch_error(ds)
+        may_be_empty = False
 
 
 class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
@@ -146,8 +178,14 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
         max_bytes = None
         if max_prefetch_bytes is not None:
             max_bytes = max(1, _check_positive(name, "max_prefetch_bytes", max_prefetch_bytes) // num_proc)
-        self._pool = WorkerPool(name, _run_copy, num_proc, (ds, per_worker, max_bytes), start_method, shm_bytes)
+        self._track = self.num_proc == 1 and is_resumable(ds)
+        self._pool = WorkerPool(name, _run_copy, num_proc, (ds, per_worker, max_bytes, self._track), start_method,
+                                shm_bytes)
         self._received = [0] * num_proc
+        self._generation = 0                 # of the worker's current pass; bumped by set_state()
+        self._last_state: Optional[Dict[str, Any]] = None    # worker copy's state after the last datapoint
+        self._count = 0                      # datapoints yielded in the current epoch of this runner
+        self._resume_pending = False
         self._ack_every = 1 if max_bytes is not None else max(1, per_worker // 4)
         self._guard = DataFlowReentrantGuard(name)
         self._closed = False
@@ -165,17 +203,93 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
                 type(self).__name__, " (it is closed)" if self._closed else ""))
         with self._guard:
             size = get_length(self.ds)
-            count = 0
+            count = self._count if self._resume_pending else 0
+            self._resume_pending = False
+            self._count = count
             while size is None or count < size:
                 got = self._pool.receive(POLL_INTERVAL)
                 if got is None:
                     continue
                 rank, dp = got
+                if self._track:
+                    if len(dp) == 2:                       # the worker's state before its first datapoint
+                        self._initial_state(dp)
+                        continue
+                    generation, dp, state = dp
                 self._received[rank] += 1
                 if self._received[rank] % self._ack_every == 0:
                     self._pool.send(rank, self._received[rank])
+                if self._track:
+                    if generation != self._generation:
+                        continue                           # prefetched before a set_state()
+                    self._last_state = state
                 count += 1
+                self._count = count
                 yield dp
+            self._count = 0
+
+    # ------------------------------------------------------------------------------ resuming
+
+    def check_resumable(self) -> None:
+        if self.num_proc > 1:
+            raise NotResumableError(
+                "{}(num_proc={}) is not resumable: its {} workers iterate independent copies of {} and their "
+                "datapoints interleave, so no position describes what it yielded. Use num_proc=1, or "
+                "MultiProcessMapData(ds, num_proc, map_func, strict=True) to parallelise the work on one "
+                "resumable source".format(type(self).__name__, self.num_proc, self.num_proc, type(self.ds).__name__))
+        super().check_resumable()
+
+    def _raise_not_resumable(self) -> None:
+        self.check_resumable()
+        raise NotResumableError("{} is not resumable: its input {} was not resumable when the runner was made".format(
+            type(self).__name__, type(self.ds).__name__))
+
+    def _initial_state(self, message: List[Any]) -> None:
+        generation, state = message
+        if generation == self._generation and self._last_state is None:
+            self._last_state = state
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "input": S, "count": c}``: ``S`` is the worker copy's state taken in the worker
+        right after it yielded the last datapoint this runner yielded (each datapoint carries it),
+        ``c`` how many datapoints this runner's current epoch has yielded. Only with ``num_proc=1``
+        and a resumable ``ds``. Before the first datapoint it waits (up to 60 s) for the worker's
+        initial state."""
+        if not self._track:
+            self._raise_not_resumable()
+        if not self._pool.started or self._closed:
+            raise RuntimeError("{}: call reset_state() before get_state()".format(type(self).__name__))
+        deadline = time.monotonic() + _STATE_TIMEOUT
+        while self._last_state is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("{}: the worker sent no state within {:.0f} s of starting".format(
+                    type(self).__name__, _STATE_TIMEOUT))
+            got = self._pool.receive(POLL_INTERVAL)          # raises WorkerError if the worker died
+            if got is not None:
+                if len(got[1]) != 2:
+                    raise RuntimeError("{}: expected the worker's initial state first, got a datapoint".format(
+                        type(self).__name__))
+                self._initial_state(got[1])
+        return {"type": type(self).__name__, "input": self._last_state, "count": self._count}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Continue after the datapoint ``state`` was taken at: the worker drops what it prefetched
+        and calls ``set_state(state["input"])`` on its copy (``"count"`` is optional, default 0).
+        Call it after ``reset_state()``."""
+        if not self._track:
+            self._raise_not_resumable()
+        name = type(self).__name__
+        if not self._pool.started or self._closed:
+            raise RuntimeError("{}: call reset_state() before set_state()".format(name))
+        state = check_state(self, state, {"input": dict})
+        count = state.get("count", 0)
+        if type(count) is not int or count < 0:
+            raise StateMismatchError("{}.set_state: field 'count' must be an int >= 0, got {!r}".format(name, count))
+        self._generation += 1
+        self._pool.send(0, ["restore", self._generation, state["input"]])
+        self._last_state = state["input"]
+        self._count = count
+        self._resume_pending = True
 
     def close(self) -> None:
         """Stop the workers (within about a second), free their pipes and shared memory, and

@@ -26,11 +26,16 @@ import traceback
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+import numpy as np
+
 from ..utils.compat import no_other_arguments, renamed_argument, warn_deprecated
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import WorkerError, worker_error_class
+from ..utils.seeding import datapoint_context, derive_seed, new_rng
 from ..utils.workers import WorkerPool, WorkerPoolOwner
-from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, get_length
+from ._map_position import MapPosition
+from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, StateMismatchError,
+                   check_state, get_length)
 from .common import BatchData
 from .parallel import _check_positive, _stop_threads
 
@@ -69,12 +74,19 @@ def _old_style_arguments(name: str, count_name: str, count: Optional[int], map_f
 
 
 class _ParallelMapBase(ProxyDataFlow):
-    """The scheduler shared by the thread and process maps.
+    """The scheduler shared by the thread, process and Ray maps.
 
-    Subclasses provide ``_start()``, ``_submit(rank, task)``, ``_receive(timeout)`` returning
-    ``(rank, [epoch, seq, result])`` or None, ``_describe_worker(rank)`` returning the worker's
-    ``(name, pid or None)`` for error messages, and ``close()``.
+    Subclasses provide ``_start()``, ``_submit(rank, task)`` with ``task = [generation, ticket,
+    payload]``, ``_receive(timeout)`` returning ``(rank, [generation, ticket, result])`` or None,
+    ``_describe_worker(rank)`` returning the worker's ``(name, pid or None)`` for error messages,
+    and ``close()``. ``ticket = [key, base_seed, epoch, index]``: ``key`` is the task's number in
+    its epoch (strict) or overall, the rest seeds the payload's first datapoint (:func:`_apply`).
+
+    Strict maps are resumable (:meth:`get_state`/:meth:`set_state`): see :mod:`._map_position`.
     """
+
+    #: Datapoints in one task (the map-and-batch flows: ``batch_size``).
+    _task_size = 1
 
     def __init__(self, ds: DataFlow, num_workers: int, buffer_size: int, strict: bool, ordered: bool,
                  map_timeout: Optional[float] = None):
@@ -92,25 +104,104 @@ class _ParallelMapBase(ProxyDataFlow):
         self._hung: Optional[WorkerError] = None
         self._guard = DataFlowReentrantGuard(name)
         self._in_flight = [0] * num_workers      # tasks sent to each worker, not yet answered
-        self._epoch = 0
-        self._epoch_in_flight = 0                # tasks of the current epoch not yet answered
+        self._generation = 0                     # of the current strict iteration; older replies are dropped
+        self._generation_in_flight = 0           # tasks of the current generation not yet answered
         self._source: Optional[Iterator[Any]] = None
-        self._next_seq = 0
-        self._seq_at_restart = 0                 # continuous mode: seq when the source last restarted
+        self._next_key = 0
+        self._passes = 0                         # continuous mode: source passes begun (seeds the tasks)
+        self._pass_start = 0                     # continuous mode: key when the source last restarted
         self._next_yield = 0
         self._pending: Dict[int, Any] = {}       # ordered mode: answers waiting for their turn
-        self._ready = collections.deque()        # answers due to be yielded, in order
+        self._ready = collections.deque()        # (key, result) due to be yielded, in order
+        #: Seeds every datapoint's randomness with (base_seed, epoch, index); drawn at reset_state().
+        self.base_seed: Optional[int] = None
+        self._position = MapPosition()
+        self._in_epoch = False                   # a strict epoch began and did not end
+        self._resume_pending = False             # set_state() was called: the next iter() continues
+        self._not_resumable: Optional[List[Optional[NotResumableError]]] = None    # checked once
         self._started = False
         self._closed = False
 
     def reset_state(self) -> None:
-        """Reset the source (in this process) and start the workers (once)."""
+        """Reset the source (in this process), draw the seed of the datapoints' randomness and
+        start the workers (once)."""
         if self._closed:
             raise RuntimeError("{} is closed".format(type(self).__name__))
         self.ds.reset_state()
+        self.base_seed = int(new_rng(self).randint(0, 2 ** 32, dtype=np.int64))
+        self._position = MapPosition()
+        self._in_epoch = self._resume_pending = False
         if not self._started:
             self._start()
             self._started = True
+
+    # ------------------------------------------------------------------------------ resuming
+
+    def check_resumable(self) -> None:
+        if not self.strict:
+            raise NotResumableError(
+                "{}(strict=False) is not resumable: it reads its source continuously and yields the work in "
+                "flight at the end of an epoch in the next one, so no saved position describes what it "
+                "yielded; use strict=True (every epoch exactly the source's datapoints), which is".format(
+                    type(self).__name__))
+        super().check_resumable()
+
+    def _resumability(self) -> Optional[NotResumableError]:
+        if self._not_resumable is None:
+            try:
+                self.check_resumable()
+                self._not_resumable = [None]
+            except NotResumableError as err:
+                self._not_resumable = [err]
+        return self._not_resumable[0]
+
+    def get_state(self) -> Dict[str, Any]:
+        """The position after the last datapoint yielded: ``seed`` (of the datapoints'
+        randomness), ``epoch``, ``index`` (every task before it yielded or dropped), ``done``
+        (tasks after it already yielded: unordered maps only) and ``input`` (the source's state
+        right after task ``index - 1`` was read). A restore re-reads the source from ``input``,
+        maps again the work that was in flight and skips ``done``.
+
+        Only ``strict=True`` maps are resumable (NotResumableError otherwise)."""
+        why = self._resumability()
+        if why is not None:
+            raise NotResumableError(str(why))
+        if self.base_seed is None:
+            raise RuntimeError("{}: call reset_state() before get_state()".format(type(self).__name__))
+        if self._in_epoch:
+            fields = self._position.fields()
+        else:
+            fields = {"epoch": self._position.epoch, "index": 0, "done": [], "input": self.ds.get_state()}
+        state = {"type": type(self).__name__, "seed": self.base_seed}
+        state.update(fields)
+        return state
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Continue after the datapoint ``state`` was taken at (from :meth:`get_state` of a map with
+        the same arguments; any number of workers). Call it after ``reset_state()``."""
+        name = type(self).__name__
+        why = self._resumability()
+        if why is not None:
+            raise NotResumableError(str(why))
+        if not self._started or self._closed:
+            raise RuntimeError("{}: call reset_state() before set_state(){}".format(
+                name, " (it is closed)" if self._closed else ""))
+        state = check_state(self, state, {"seed": int, "epoch": int, "index": int, "done": list, "input": dict})
+        index, done = state["index"], state["done"]
+        if state["seed"] < 0 or state["epoch"] < 0 or index < 0 or not all(
+                type(task) is int and task > index for task in done):
+            raise StateMismatchError("{}.set_state: expected seed, epoch, index >= 0 and done a list of ints "
+                                     "greater than index, got seed={!r} epoch={!r} index={!r} done={!r}".format(
+                                         name, state["seed"], state["epoch"], index, done))
+        if done and self.ordered:
+            raise StateMismatchError("{}.set_state: the state is of an unordered map (done={!r}), this map is "
+                                     "ordered; restore with the arguments it was saved with".format(name, done))
+        self.ds.set_state(state["input"])
+        self.base_seed = state["seed"]
+        self._position.start(state["epoch"], index, done, state["input"])
+        self._in_epoch = self._resume_pending = True
+
+    # ---------------------------------------------------------------------------- scheduling
 
     def _make_task(self, source: Iterator[Any]) -> Any:
         """The next unit of work from ``source`` (raises StopIteration at its end)."""
@@ -118,6 +209,8 @@ class _ParallelMapBase(ProxyDataFlow):
 
     def _fill(self, restart_source: bool) -> None:
         """Send source datapoints to workers while fewer than ``buffer_size`` are in flight."""
+        track = self.strict and self._resumability() is None
+        position = self._position
         while sum(self._in_flight) + len(self._pending) + len(self._ready) < self.buffer_size:
             if self._source is None:
                 return
@@ -125,18 +218,28 @@ class _ParallelMapBase(ProxyDataFlow):
                 task = self._make_task(self._source)
             except StopIteration:
                 self._source = iter(self.ds) if restart_source else None
-                if restart_source and self._next_seq == self._seq_at_restart:
+                if restart_source and self._next_key == self._pass_start:
                     raise RuntimeError("{}: the source {} produced no datapoints in a whole pass".format(
                         type(self).__name__, type(self.ds).__name__)) from None
-                self._seq_at_restart = self._next_seq
+                self._pass_start = self._next_key
+                self._passes += 1
                 continue
+            key = self._next_key
+            self._next_key += 1
+            if self.strict:
+                if track:
+                    position.read(key, self.ds.get_state())
+                if position.skip(key):
+                    continue                       # yielded before the state this epoch was restored from
+                ticket = [key, self.base_seed, position.epoch, key * self._task_size]
+            else:
+                ticket = [key, self.base_seed, self._passes, (key - self._pass_start) * self._task_size]
             rank = min(range(len(self._in_flight)), key=self._in_flight.__getitem__)   # least loaded
-            self._submit(rank, [self._epoch, self._next_seq, task])
+            self._submit(rank, [self._generation, ticket, task])
             if not self._in_flight[rank]:
                 self._waiting_since[rank] = time.monotonic()
             self._in_flight[rank] += 1
-            self._epoch_in_flight += 1
-            self._next_seq += 1
+            self._generation_in_flight += 1
 
     def _collect(self) -> None:
         """Wait up to one poll interval for an answer; move the results now due to ``_ready``."""
@@ -146,19 +249,20 @@ class _ParallelMapBase(ProxyDataFlow):
         if got is None:
             self._check_hung()
             return
-        rank, (epoch, seq, result) = got
+        rank, (generation, ticket, result) = got
+        key = ticket[0]
         self._in_flight[rank] -= 1
         self._waiting_since[rank] = time.monotonic() if self._in_flight[rank] else None
         self._check_hung()                         # also while other workers keep answering
-        if epoch != self._epoch:
+        if generation != self._generation:
             return                                 # left over from an abandoned strict epoch
-        self._epoch_in_flight -= 1
+        self._generation_in_flight -= 1
         if not self.ordered:
-            self._ready.append(result)
+            self._ready.append((key, result))
             return
-        self._pending[seq] = result
+        self._pending[key] = result
         while self._next_yield in self._pending:
-            self._ready.append(self._pending.pop(self._next_yield))
+            self._ready.append((self._next_yield, self._pending.pop(self._next_yield)))
             self._next_yield += 1
 
     def _check_hung(self) -> None:
@@ -182,32 +286,44 @@ class _ParallelMapBase(ProxyDataFlow):
             yield from (self._iter_strict() if self.strict else self._iter_continuous())
 
     def _iter_strict(self) -> Iterator[Any]:
-        self._epoch += 1
-        self._epoch_in_flight = 0
+        track = self._resumability() is None
+        position = self._position
+        if self._resume_pending:                   # continue the restored epoch
+            self._resume_pending = False
+        else:
+            if self._in_epoch:                     # the last iteration was abandoned: a new epoch
+                position.epoch += 1
+            position.start(position.epoch, 0, (), self.ds.get_state() if track else None)
+        self._in_epoch = True
+        self._generation += 1
+        self._generation_in_flight = 0
         self._pending.clear()
         self._ready.clear()
-        self._next_yield = self._next_seq
+        self._next_key = self._next_yield = position.watermark
         self._source = iter(self.ds)
         while True:
             while self._ready:
-                result = self._ready.popleft()
+                key, result = self._ready.popleft()
+                position.passed(key)
                 if result is not None:
                     yield result
             self._fill(restart_source=False)
-            if self._source is None and self._epoch_in_flight == 0 and not self._pending:
-                return
+            if self._source is None and self._generation_in_flight == 0 and not self._pending:
+                break
             self._collect()
+        position.epoch += 1
+        self._in_epoch = False
 
     def _iter_continuous(self) -> Iterator[Any]:
         size = get_length(self)
         if self._source is None:
             self._source = iter(self.ds)
-            self._seq_at_restart = self._next_seq
+            self._pass_start = self._next_key
         answered = 0
         while size is None or answered < size:
             if self._ready:
                 answered += 1
-                result = self._ready.popleft()
+                _, result = self._ready.popleft()
                 if result is not None:
                     yield result
                 continue
@@ -221,10 +337,21 @@ class _ParallelMapBase(ProxyDataFlow):
         self.close()
 
 
-def _apply(map_func: Callable, batch_size: Optional[int], task: Any) -> Any:
+def _apply(map_func: Callable, batch_size: Optional[int], task: Any, ticket: List[int],
+           reseed_global: bool) -> Any:
+    """Map one task, each datapoint in its own :func:`~inputpipe.utils.seeding.datapoint_context`
+    seeded from ``ticket = [key, base_seed, epoch, index of the task's first datapoint]``;
+    ``reseed_global`` (process workers) also reseeds numpy's and Python's global RNGs."""
+    _, base_seed, epoch, index = ticket
     if batch_size is None:
-        return map_func(task)
-    mapped = [m for m in (map_func(dp) for dp in task) if m is not None]
+        with datapoint_context(derive_seed(base_seed, epoch, index), reseed_global):
+            return map_func(task)
+    mapped = []
+    for offset, dp in enumerate(task):
+        with datapoint_context(derive_seed(base_seed, epoch, index + offset), reseed_global):
+            result = map_func(dp)
+        if result is not None:
+            mapped.append(result)
     return BatchData.aggregate_batch(mapped) if mapped else None
 
 
@@ -243,15 +370,15 @@ class _MapThread(StoppableThread):
     def run(self):
         while not self.stopped():
             try:
-                epoch, seq, dp = self.tasks.get(timeout=POLL_INTERVAL)
+                generation, ticket, dp = self.tasks.get(timeout=POLL_INTERVAL)
             except queue.Empty:
                 continue
             try:
                 started = time.perf_counter()
-                result = self.map_func(dp)
+                result = _apply(self.map_func, None, dp, ticket, reseed_global=False)   # threads share the globals
                 self.busy_seconds += time.perf_counter() - started
                 self.items += 1
-                self._out.put((self.rank, [epoch, seq, result]))
+                self._out.put((self.rank, [generation, ticket, result]))
             except BaseException as err:  # reported to the consumer, which raises it
                 self._out.put((self.rank, (err, traceback.format_exc())))
                 return
@@ -348,16 +475,17 @@ ThreadedMapData = MultiThreadMapData
 # ----------------------------------------------------------------------------------- processes
 
 def _serve_map(rank: int, end, map_func: Callable, batch_size: Optional[int]) -> None:
-    """Worker process of :class:`MultiProcessMapData`: answer ``[epoch, seq, task]`` commands."""
+    """Worker process of :class:`MultiProcessMapData`: answer ``[generation, ticket, task]``
+    commands with ``[generation, ticket, result]``."""
     while True:
         command = end.receive_command(POLL_INTERVAL)
         if command is not None:
             started = time.perf_counter()
-            epoch, seq, task = command
-            result = _apply(map_func, batch_size, task)
+            generation, ticket, task = command
+            result = _apply(map_func, batch_size, task, ticket, reseed_global=True)
             end.count_work(time.perf_counter() - started, 1)
             sending = time.perf_counter()
-            end.send_datapoint([epoch, seq, result])
+            end.send_datapoint([generation, ticket, result])
             end.count_work(time.perf_counter() - sending)
 
 
@@ -466,7 +594,7 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
         name = type(self).__name__
         num_proc = renamed_argument(name, kwargs, "nr_proc", "num_proc", num_proc, None)
         num_proc = _check_positive(name, "num_proc", num_proc)
-        self._batch_size = _check_positive(name, "batch_size", batch_size)
+        self._batch_size = self._task_size = _check_positive(name, "batch_size", batch_size)
         if buffer_size is None:
             buffer_size = 3 * batch_size * num_proc
         batches_in_flight = max(1, buffer_size // batch_size)

@@ -128,7 +128,7 @@ class RayMapData(_ParallelMapBase):
         self.ray_address = ray_address
         self.actor_options = dict(actor_options or {})
         self._largest_result = 0
-        self._calls: Dict[Any, Tuple[int, List[Any]]] = {}     # ref -> (rank, [epoch, seq, task])
+        self._calls: Dict[Any, Tuple[int, List[Any]]] = {}     # ref -> (rank, [generation, ticket, task])
         self._parked: Dict[int, List[List[Any]]] = collections.defaultdict(list)   # for restarting actors
         self._arrived: Deque[Any] = collections.deque()
         self._redo = _RedoTracker(name)
@@ -163,7 +163,7 @@ class RayMapData(_ParallelMapBase):
         if self._pool.restarting(rank):
             self._parked[rank].append(task)            # sent when the actor is back
         else:
-            self._calls[self._pool.submit(rank, "map", task[2])] = (rank, task)
+            self._calls[self._pool.submit(rank, "map", task[2], task[1])] = (rank, task)
 
     def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
         assert self._pool is not None
@@ -182,8 +182,8 @@ class RayMapData(_ParallelMapBase):
             try:
                 result = self._pool.outcome(rank, ref)
             except Lost as why:
-                if task[0] == self._epoch or not self.strict:
-                    self._redo.lost((task[0], task[1]), "datapoint #{}".format(task[1]), why)
+                if task[0] == self._generation or not self.strict:
+                    self._redo.lost((task[0], task[1][0]), "datapoint #{}".format(task[1][0]), why)
                     self._parked[rank].append(task)    # sent again when Ray has restarted the actor
                 else:
                     self._in_flight[rank] -= 1         # work of an abandoned epoch: forget it
@@ -229,7 +229,7 @@ class RayMapAndBatchData(RayMapData):
                  buffer_size: Optional[int] = None, **kwargs: Any):
         name = type(self).__name__
         num_actors = _check_positive(name, "num_actors", num_actors)
-        self._batch_size = _check_positive(name, "batch_size", batch_size)
+        self._batch_size = self._task_size = _check_positive(name, "batch_size", batch_size)
         if buffer_size is None:
             buffer_size = 3 * batch_size * num_actors
         super().__init__(ds, num_actors, map_func, buffer_size=max(1, buffer_size // batch_size), **kwargs)

@@ -1,0 +1,72 @@
+"""Where a strict parallel map is in its epoch, in a form that can be saved and restored.
+
+A parallel map reads its source ahead (up to ``buffer_size`` tasks in flight) and yields results
+in another order (unordered) or later (ordered), so its position is not the source's position.
+:class:`MapPosition` keeps, for every task read and not yet passed, the source's state right
+after that task's datapoints were read; the map's position is a *watermark* (every task before
+it has been yielded or dropped) plus the tasks beyond it already yielded. Restored, the map
+re-reads the source from the state at the watermark, skips the tasks already yielded and maps
+the others again: nothing is lost, nothing comes twice.
+
+Example::
+
+    position = MapPosition()
+    position.start(epoch=0, watermark=0, done=(), input_state={"type": "DataFromList", ...})
+    position.read(0, source.get_state())
+    position.passed(0)                    # task 0 was yielded
+    position.fields()                     # {"epoch": 0, "index": 1, "done": [], "input": ...}
+"""
+from typing import Any, Dict, Iterable, Optional, Set
+
+
+class MapPosition:
+    """The watermark bookkeeping of one strict parallel map (see the module doc).
+
+    Example::
+
+        position = MapPosition()
+        position.start(0, 0, (), {"type": "FakeData"})
+    """
+
+    def __init__(self) -> None:
+        self.epoch = 0                      # completed epochs (the number of the current one)
+        self.watermark = 0                  # tasks [0, watermark) of the epoch are yielded or dropped
+        self.done: Set[int] = set()         # tasks beyond the watermark already yielded or dropped
+        self.input_at_watermark: Optional[Dict[str, Any]] = None
+        self._read: Dict[int, Optional[Dict[str, Any]]] = {}    # task -> source state after reading it
+
+    def start(self, epoch: int, watermark: int, done: Iterable[int], input_state: Optional[Dict[str, Any]]) -> None:
+        """Begin (or continue, after a restore) epoch ``epoch`` at ``watermark``."""
+        self.epoch = epoch
+        self.watermark = watermark
+        self.done = set(done)
+        self.input_at_watermark = input_state
+        self._read.clear()
+
+    def read(self, task: int, input_state: Optional[Dict[str, Any]]) -> None:
+        """Task ``task``'s datapoints were read; the source's state is now ``input_state``."""
+        self._read[task] = input_state
+
+    def skip(self, task: int) -> bool:
+        """Whether ``task`` was yielded before the state this epoch was restored from."""
+        return task in self.done
+
+    def passed(self, task: int) -> None:
+        """Task ``task``'s result was yielded or dropped: advance the watermark over it."""
+        if task != self.watermark:
+            self.done.add(task)
+            return
+        watermark = task + 1
+        while watermark in self.done:
+            self.done.discard(watermark)
+            watermark += 1
+        for passed in range(self.watermark, watermark):
+            state = self._read.pop(passed, None)
+            if passed == watermark - 1:
+                self.input_at_watermark = state
+        self.watermark = watermark
+
+    def fields(self) -> Dict[str, Any]:
+        """``epoch``, ``index`` (the watermark), ``done`` (ascending) and ``input`` of the state."""
+        return {"epoch": self.epoch, "index": self.watermark, "done": sorted(self.done),
+                "input": self.input_at_watermark}
