@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from inputpipe.dataflow import (
-    AugmentImageComponent, BatchData, BatchDataByShape, CacheData, ConcatData, DataFromList, FilterData,
+    AugmentImageComponent, AugmentImageComponents, AugmentImageCoordinates, BatchData, BatchDataByShape, CacheData, ConcatData, DataFromList, FilterData,
     FixedSizeData, JoinData, LocallyShuffleData, MapData, MapDataComponent, PrintData, RandomChooseData,
     RandomMixData, RepeatedData, RepeatedDataPoint, SelectComponent, imgaug,
 )
@@ -135,3 +135,43 @@ def test_cache_data_restore_refills_the_cache_from_the_input():
     rest = take(epochs(again), 2)
     assert reads == [0, 1, 2, 3] and len(rest) == 2    # the whole first epoch re-read, nothing re-yielded
     itr.close()
+
+
+def _images(n=6):
+    rng = np.random.RandomState(0)
+    return [rng.randint(0, 256, (8, 9, 3)).astype("uint8") for _ in range(n)]
+
+
+RANDOM_AUGMENTING = {
+    "AugmentImageComponent": lambda: AugmentImageComponent(
+        DataFromList([[im, i] for i, im in enumerate(_images())]),
+        [imgaug.Flip(horiz=True), imgaug.RandomCrop((4, 5)), imgaug.Brightness(20)]),
+    "AugmentImageCoordinates": lambda: AugmentImageCoordinates(
+        DataFromList([[im, np.array([[1.0, 2.0], [3.0, 4.0]], "float32")] for im in _images()]),
+        [imgaug.Flip(horiz=True), imgaug.RandomCrop((5, 6))]),
+    "AugmentImageComponents": lambda: AugmentImageComponents(
+        DataFromList([[im, im[:, :, 0].copy()] for im in _images()]),
+        [imgaug.RandomCrop((5, 6)), imgaug.Flip(vert=True)], index=(0, 1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANDOM_AUGMENTING))
+def test_random_augmentation_resumes_exactly(name):
+    check_resume(RANDOM_AUGMENTING[name], [0, 2, 6, 7, 13], after=15)
+
+
+def test_augmentation_draws_differ_between_datapoints_and_runs():
+    from inputpipe.dataflow import seeding
+
+    def crops(seed):
+        seeding.set_global_seed(seed)
+        try:
+            df = AugmentImageComponent(DataFromList([[np.arange(90).reshape(9, 10), 0]] * 8, shuffle=False),
+                                       [imgaug.RandomCrop((3, 3))])
+            df.reset_state()
+            return [int(dp[0][0, 0]) for dp in df]
+        finally:
+            seeding.set_global_seed(None)
+
+    first = crops(1)
+    assert first == crops(1) and first != crops(2) and len(set(first)) > 1

@@ -14,15 +14,17 @@ Example::
     df.reset_state()
     image, label = next(iter(df))
 """
+import contextlib
 import copy as copy_module
 import os
-from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, ContextManager, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..utils.logger import get_logger
 from ._helpers import EpochCursor, indexed_epoch, indexed_state, restore_indexed
-from .base import DataFlow, RNGDataFlow, require_rng
+from .base import DataFlow, RNGDataFlow, check_state, require_rng
+from .seeding import datapoint_context, datapoint_seed, derive_seed, new_rng
 from .common import MapData, MapDataComponent
 
 __all__ = ["ImageFromFile", "AugmentImageComponent", "AugmentImageCoordinates", "AugmentImageComponents"]
@@ -99,6 +101,38 @@ class _FailurePolicy:
                            type(err).__name__, err, exc_info=True)
 
 
+class _DatapointSeeds:
+    """Per-datapoint seeds of an augmenting flow: datapoint ``n`` (counted from ``reset_state()``) is
+    augmented inside ``datapoint_context(derive_seed(base seed, n))``, so the augmentors' random
+    draws are a function of the flow's state; inside a parallel map's context (which already seeds
+    the datapoint) nothing is added."""
+
+    def __init__(self) -> None:
+        self.base_seed: Optional[int] = None
+        self.count = 0
+
+    def reset(self, owner: object) -> None:
+        self.base_seed, self.count = int(new_rng(owner).randint(0, 2 ** 32, dtype=np.int64)), 0
+
+    def context(self, owner: object) -> ContextManager[Any]:
+        if self.base_seed is None:
+            raise RuntimeError("{} has no RNG yet: call reset_state() once before iterating it".format(
+                type(owner).__name__))
+        number, self.count = self.count, self.count + 1
+        if datapoint_seed() is not None:
+            return contextlib.nullcontext()
+        return datapoint_context(derive_seed(self.base_seed, number))
+
+    def state(self, owner: Any) -> Dict[str, Any]:
+        return {"type": type(owner).__name__, "input": owner.ds.get_state(), "seed": self.base_seed,
+                "count": self.count}
+
+    def restore(self, owner: Any, state: Dict[str, Any]) -> None:
+        state = check_state(owner, state, {"input": dict, "seed": int, "count": int})
+        owner.ds.set_state(state["input"])
+        self.base_seed, self.count = state["seed"], state["count"]
+
+
 class AugmentImageComponent(MapDataComponent):
     """Augment one image component (``index``: list index or dict key) of every datapoint.
 
@@ -109,6 +143,11 @@ class AugmentImageComponent(MapDataComponent):
     rate-limited warning is logged; otherwise the exception propagates. A datapoint whose
     augmentation returns None is skipped too. The component must be a numpy array (checked even
     with ``catch_exceptions``, as in tensorpack).
+
+    Resuming: datapoint ``n`` after ``reset_state()`` is augmented inside its own seed context,
+    derived from (this flow's base seed, ``n``), which every augmentor's ``rng`` draws from; the
+    state is the input's state, the base seed and ``n``, so a restored flow draws the same
+    augmentations (inside a parallel map, the map's per-datapoint seed is used instead).
 
     Example::
 
@@ -125,13 +164,26 @@ class AugmentImageComponent(MapDataComponent):
         self.augs = _augmentor_list(augmentors)
         self._copy = copy
         self._failures = _FailurePolicy(type(self).__name__, catch_exceptions)
+        self._seeds = _DatapointSeeds()
         super().__init__(ds, self._augment, index)
 
     def reset_state(self) -> None:
         self.ds.reset_state()
         self.augs.reset_state()
+        self._seeds.reset(self)
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "input", "seed", "count"}``."""
+        return self._seeds.state(self)
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        self._seeds.restore(self, state)
 
     def _augment(self, image: Any) -> Any:
+        with self._seeds.context(self):
+            return self._augment_one(image)
+
+    def _augment_one(self, image: Any) -> Any:
         _check_image(type(self).__name__, self._index, image)
         try:
             if self._copy:
@@ -150,6 +202,11 @@ class AugmentImageCoordinates(MapData):
     ``copy`` and ``catch_exceptions`` are as in :class:`AugmentImageComponent`; here the checks
     of the image and the coordinates count as augmentation failures (caught when asked, as in
     tensorpack).
+
+    Resuming: datapoint ``n`` after ``reset_state()`` is augmented inside its own seed context,
+    derived from (this flow's base seed, ``n``), which every augmentor's ``rng`` draws from; the
+    state is the input's state, the base seed and ``n``, so a restored flow draws the same
+    augmentations (inside a parallel map, the map's per-datapoint seed is used instead).
 
     Example::
 
@@ -170,13 +227,26 @@ class AugmentImageCoordinates(MapData):
         self._coords_index = coords_index
         self._copy = copy
         self._failures = _FailurePolicy(type(self).__name__, catch_exceptions)
+        self._seeds = _DatapointSeeds()
         super().__init__(ds, self._augment)
 
     def reset_state(self) -> None:
         self.ds.reset_state()
         self.augs.reset_state()
+        self._seeds.reset(self)
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "input", "seed", "count"}``."""
+        return self._seeds.state(self)
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        self._seeds.restore(self, state)
 
     def _augment(self, dp: Any) -> Any:
+        with self._seeds.context(self):
+            return self._augment_one(dp)
+
+    def _augment_one(self, dp: Any) -> Any:
         owner = type(self).__name__
         dp = _as_mutable(dp)
         try:
@@ -202,6 +272,11 @@ class AugmentImageComponents(MapData):
     array in ``coords_index``. ``copy`` and ``catch_exceptions`` are as in
     :class:`AugmentImageComponent`; the checks of the components count as augmentation failures.
 
+    Resuming: datapoint ``n`` after ``reset_state()`` is augmented inside its own seed context,
+    derived from (this flow's base seed, ``n``), which every augmentor's ``rng`` draws from; the
+    state is the input's state, the base seed and ``n``, so a restored flow draws the same
+    augmentations (inside a parallel map, the map's per-datapoint seed is used instead).
+
     Example::
 
         import numpy as np
@@ -225,13 +300,26 @@ class AugmentImageComponents(MapData):
                              "got {!r}".format(index))
         self._copy = copy
         self._failures = _FailurePolicy(type(self).__name__, catch_exceptions)
+        self._seeds = _DatapointSeeds()
         super().__init__(ds, self._augment)
 
     def reset_state(self) -> None:
         self.ds.reset_state()
         self.augs.reset_state()
+        self._seeds.reset(self)
+
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "input", "seed", "count"}``."""
+        return self._seeds.state(self)
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        self._seeds.restore(self, state)
 
     def _augment(self, dp: Any) -> Any:
+        with self._seeds.context(self):
+            return self._augment_one(dp)
+
+    def _augment_one(self, dp: Any) -> Any:
         owner = type(self).__name__
         dp = _as_mutable(dp)
         copy_of = copy_module.deepcopy if self._copy else _same
