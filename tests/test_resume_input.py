@@ -74,6 +74,10 @@ def make_source(kind, df):
         return StagingInput(BatchQueueInput(df, batch_size=3), nr_stage=1, device="/cpu:0"), BATCH_SPEC
     if kind == "feed":
         return FeedInput(df), SPEC
+    if kind == "worker":
+        return QueueInput(df, in_worker=True), SPEC
+    if kind == "staged_worker_batch":
+        return StagingInput(BatchQueueInput(df, batch_size=3, in_worker=True), device="/cpu:0"), BATCH_SPEC
     raise ValueError(kind)
 
 
@@ -108,7 +112,8 @@ def saved_position(logdir):
     return json.loads(reader.get_tensor(keys[0]))
 
 
-@pytest.mark.parametrize("kind", ["queue", "staging", "batch", "staged_batch", "feed"])
+@pytest.mark.parametrize("kind", ["queue", "staging", "batch", "staged_batch", "feed", "worker",
+                                  "staged_worker_batch"])
 def test_restored_session_continues_after_the_last_consumed_datapoint(tmp_path, kind):
     per_step = 3 if "batch" in kind else 1
     first, _ = train(str(tmp_path), kind, 4)
@@ -121,7 +126,7 @@ def test_restored_session_continues_after_the_last_consumed_datapoint(tmp_path, 
     assert document["state"] == {"type": "Numbered", "epoch": consumed // 7, "position": consumed % 7}
 
 
-@pytest.mark.parametrize("kind", ["queue", "staging", "feed"])
+@pytest.mark.parametrize("kind", ["queue", "staging", "feed", "worker"])
 def test_restored_exactly_at_the_end_of_an_epoch_continues_with_the_next(tmp_path, kind):
     first, _ = train(str(tmp_path), kind, 7)
     assert saved_position(str(tmp_path))["state"] == {"type": "Numbered", "epoch": 0, "position": 7}

@@ -213,14 +213,6 @@ def test_sigkill_and_restart_consumes_exactly_the_uninterrupted_sequence(tmp_pat
     _kill_and_resume(tmp_path, procs=0, kills=3)
 
 
-def _parallel_resumable() -> bool:
-    from inputpipe.dataflow import MultiProcessMapData
-    from inputpipe.dataflow.base import DataFlow
-    return MultiProcessMapData.get_state is not DataFlow.get_state
-
-
-@pytest.mark.xfail(not _parallel_resumable(), strict=True,
-                   reason="MultiProcessMapData does not implement get_state/set_state yet (resume-parallel)")
 @pytest.mark.parametrize("procs", [1, 2])
 def test_sigkill_and_restart_through_multiprocess_map(tmp_path, procs):
     _kill_and_resume(tmp_path, procs=procs, kills=2)
