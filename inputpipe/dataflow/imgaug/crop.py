@@ -30,9 +30,9 @@ class RandomCrop(ImageAugmentor):
     """
 
     def __init__(self, crop_shape: Any):
-        crop_shape = shape2d("RandomCrop", crop_shape)
+        shape = shape2d("RandomCrop", crop_shape)
         super().__init__()
-        self._init(locals())
+        self.crop_shape = shape
 
     def get_transform(self, img: np.ndarray) -> Any:
         _check_fits("RandomCrop", self.crop_shape, img.shape)
@@ -53,8 +53,7 @@ class CenterCrop(ImageAugmentor):
     """
 
     def __init__(self, crop_shape: Any):
-        crop_shape = shape2d("CenterCrop", crop_shape)
-        self._init(locals())
+        self.crop_shape = shape2d("CenterCrop", crop_shape)
         super().__init__()
 
     def get_transform(self, img: Any) -> Any:
@@ -83,7 +82,8 @@ class RandomCropRandomShape(ImageAugmentor):
     def __init__(self, wmin: int, hmin: int, wmax: Optional[int] = None, hmax: Optional[int] = None,
                  max_aspect_ratio: Optional[float] = None):
         super().__init__()
-        self._init(locals())
+        self.wmin, self.hmin, self.wmax, self.hmax = wmin, hmin, wmax, hmax
+        self.max_aspect_ratio = max_aspect_ratio
 
     def get_transform(self, img: np.ndarray) -> Any:
         hmax = self.hmax or img.shape[0]
@@ -115,7 +115,10 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
                  target_shape: int = 224, interp: int = INTER_LINEAR):
         import_cv2("GoogleNetRandomCropAndResize")
         super().__init__()
-        self._init(locals())
+        self.crop_area_fraction = crop_area_fraction
+        self.aspect_ratio_range = aspect_ratio_range
+        self.target_shape = target_shape
+        self.interp = interp
 
     def get_transform(self, img: np.ndarray) -> Any:
         h, w = img.shape[:2]
@@ -155,7 +158,7 @@ class RandomCutout(ImageAugmentor):
 
     def __init__(self, h_range: Any, w_range: Any, fill: float = 0.):
         super().__init__()
-        self._init(locals())
+        self.h_range, self.w_range, self.fill = h_range, w_range, fill
 
     def _draw_size(self, size_range: Any) -> int:
         if isinstance(size_range, (int, np.integer)):

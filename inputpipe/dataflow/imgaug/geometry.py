@@ -37,7 +37,8 @@ class Shift(ImageAugmentor):
         if not (horiz_frac < 1.0 and vert_frac < 1.0):
             raise ValueError("Shift: horiz_frac and vert_frac must be < 1, got {} and {}".format(horiz_frac, vert_frac))
         super().__init__()
-        self._init(locals())
+        self.horiz_frac, self.vert_frac = horiz_frac, vert_frac
+        self.border, self.border_value = border, border_value
 
     def get_transform(self, img: np.ndarray) -> Any:
         max_dx = self.horiz_frac * img.shape[1]
@@ -69,11 +70,12 @@ class Rotation(ImageAugmentor):
         import_cv2("Rotation")
         _check_step("Rotation", max_deg, step_deg)
         super().__init__()
-        self._init(locals())
+        self.max_deg, self.center_range, self.interp = max_deg, center_range, interp
+        self.border, self.step_deg, self.border_value = border, step_deg, border_value
 
     def get_transform(self, img: np.ndarray) -> Any:
         cv2 = import_cv2("Rotation")
-        center = img.shape[1::-1] * self._rand_range(self.center_range[0], self.center_range[1], (2,))
+        center = np.asarray(img.shape[1::-1]) * self._rand_range(self.center_range[0], self.center_range[1], (2,))
         deg = self._rand_range(-self.max_deg, self.max_deg)
         if self.step_deg:
             deg = deg // self.step_deg * self.step_deg
@@ -101,7 +103,7 @@ class RotationAndCropValid(ImageAugmentor):
         import_cv2("RotationAndCropValid")
         _check_step("RotationAndCropValid", max_deg, step_deg)
         super().__init__()
-        self._init(locals())
+        self.max_deg, self.interp, self.step_deg = max_deg, interp, step_deg
 
     def _get_deg(self, img: np.ndarray) -> float:
         deg = self._rand_range(-self.max_deg, self.max_deg)
@@ -168,22 +170,23 @@ class Affine(ImageAugmentor):
         if shear < 0.0:
             raise ValueError("Affine: shear must be in [0, 180] degrees, got {}".format(shear))
         super().__init__()
-        self._init(locals())
+        self.scale, self.translate_frac = scale, translate_frac
+        self.rotate_max_deg, self.shear = rotate_max_deg, shear
+        self.interp, self.border, self.border_value = interp, border, border_value
 
     def get_transform(self, img: np.ndarray) -> Any:
         cv2 = import_cv2("Affine")
         scale = self._rand_range(self.scale[0], self.scale[1]) if self.scale is not None else 1.0
+        dx = dy = 0.0
         if self.translate_frac is not None:
             max_dx = self.translate_frac[0] * img.shape[1]
             max_dy = self.translate_frac[1] * img.shape[0]
-            dx = np.round(self._rand_range(-max_dx, max_dx))
-            dy = np.round(self._rand_range(-max_dy, max_dy))
-        else:
-            dx = dy = 0
+            dx = float(np.round(self._rand_range(-max_dx, max_dx)))
+            dy = float(np.round(self._rand_range(-max_dy, max_dy)))
         if self.shear > 0.0:
             shear = math.radians(self._rand_range(-self.shear, self.shear))
             sin_shear, cos_shear = math.sin(shear), math.cos(shear)
-        center = img.shape[1::-1] * np.array((0.5, 0.5)) - 0.5
+        center = np.asarray(img.shape[1::-1]) * 0.5 - 0.5
         deg = self._rand_range(-self.rotate_max_deg, self.rotate_max_deg)
         mat = cv2.getRotationMatrix2D(tuple(center), float(deg), float(scale))
         if self.shear > 0.0:

@@ -37,7 +37,7 @@ class RandomApplyAug(ImageAugmentor):
     """
 
     def __init__(self, aug: ImageAugmentor, prob: float):
-        self._init(locals())
+        self.aug, self.prob = aug, prob     # before super().__init__(): its reset_state() uses them
         super().__init__()
 
     def reset_state(self) -> None:
@@ -71,7 +71,7 @@ class RandomChooseAug(ImageAugmentor):
             aug_lists = [pair[0] for pair in aug_lists]
         else:
             prob = [1.0 / len(aug_lists)] * len(aug_lists)
-        self._init(locals())
+        self.aug_lists, self.prob = aug_lists, prob     # before super().__init__(): its reset_state() uses them
         super().__init__()
 
     def reset_state(self) -> None:
@@ -98,7 +98,7 @@ class RandomOrderAug(ImageAugmentor):
     """
 
     def __init__(self, aug_lists: Sequence[ImageAugmentor]):
-        self._init(locals())
+        self.aug_lists = aug_lists      # before super().__init__(): its reset_state() uses them
         super().__init__()
 
     def reset_state(self) -> None:

@@ -30,7 +30,7 @@ class Flip(ImageAugmentor):
             raise ValueError("Flip: horiz and vert cannot both be True; use two Flip augmentors")
         if not horiz and not vert:
             raise ValueError("Flip: one of horiz or vert must be True")
-        self._init(locals())
+        self.horiz, self.vert, self.prob = horiz, vert, prob
 
     def get_transform(self, img: np.ndarray) -> Any:
         h, w = img.shape[:2]
@@ -51,8 +51,8 @@ class Resize(ImageAugmentor):
 
     def __init__(self, shape: Any, interp: int = INTER_LINEAR):
         import_cv2("Resize")
-        shape = shape2d("Resize", shape)
-        self._init(locals())
+        self.shape = shape2d("Resize", shape)
+        self.interp = interp
         super().__init__()
 
     def get_transform(self, img: np.ndarray) -> Any:
@@ -71,8 +71,8 @@ class ResizeShortestEdge(ImageAugmentor):
 
     def __init__(self, size: int, interp: int = INTER_LINEAR):
         import_cv2("ResizeShortestEdge")
-        size = int(size)
-        self._init(locals())
+        self.size = int(size)
+        self.interp = interp
         super().__init__()
 
     def get_transform(self, img: np.ndarray) -> Any:
@@ -83,6 +83,11 @@ class ResizeShortestEdge(ImageAugmentor):
         else:
             new_h, new_w = int(scale * h + 0.5), self.size
         return ResizeTransform(h, w, new_h, new_w, self.interp)
+
+
+def _round_at_least(size: np.ndarray, minimum: int) -> int:
+    """``max(size, minimum)`` rounded half up (in the precision of ``size`` when that is larger)."""
+    return int((minimum if minimum > size else size) + 0.5)
 
 
 def _is_float_range(values: Tuple[Any, Any]) -> bool:
@@ -117,7 +122,8 @@ class RandomResize(ImageAugmentor):
         super().__init__()
         if aspect_ratio_thres < 0:
             raise ValueError("RandomResize: aspect_ratio_thres must be >= 0, got {}".format(aspect_ratio_thres))
-        self._init(locals())
+        self.xrange, self.yrange, self.minimum = xrange, yrange, minimum
+        self.aspect_ratio_thres, self.interp = aspect_ratio_thres, interp
         self._is_scale = _is_float_range(xrange)
         if yrange is not None and _is_float_range(yrange) != self._is_scale:
             raise ValueError("RandomResize: xrange {} and yrange {} must both be scales (floats) or both pixel "
@@ -132,15 +138,15 @@ class RandomResize(ImageAugmentor):
                 _logger.warning("RandomResize: aspect_ratio_thres == 0, so yrange %s is not used", yrange)
 
     def _draw_size(self, h: int, w: int) -> Tuple[int, int]:
-        keep_ratio = self.aspect_ratio_thres == 0
         sx = self._rand_range(*self.xrange)
-        if self._is_scale:
-            sy = sx if keep_ratio else self._rand_range(*self.yrange)
-            new_w, new_h = max(sx * w, self.minimum[0]), max(sy * h, self.minimum[1])
+        if self.aspect_ratio_thres == 0:
+            sy = sx if self._is_scale else sx * 1.0 / w * h
         else:
-            sy = sx * 1.0 / w * h if keep_ratio else self._rand_range(*self.yrange)
-            new_w, new_h = max(sx, self.minimum[0]), max(sy, self.minimum[1])
-        return int(new_w + 0.5), int(new_h + 0.5)
+            assert self.yrange is not None  # __init__ requires yrange unless aspect_ratio_thres == 0
+            sy = self._rand_range(*self.yrange)
+        if self._is_scale:
+            return _round_at_least(sx * w, self.minimum[0]), _round_at_least(sy * h, self.minimum[1])
+        return _round_at_least(sx, self.minimum[0]), _round_at_least(sy, self.minimum[1])
 
     def get_transform(self, img: np.ndarray) -> Any:
         h, w = img.shape[:2]

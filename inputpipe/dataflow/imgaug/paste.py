@@ -1,5 +1,5 @@
 """Paste the image onto a larger canvas (tensorpack's ``imgaug.paste``)."""
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, cast
 
 import numpy as np
 
@@ -27,7 +27,8 @@ class BackgroundFiller:
 
     def fill(self, background_shape: Tuple[int, int], img: np.ndarray) -> np.ndarray:
         """A canvas of ``background_shape`` (h, w), with ``img``'s channels, for pasting ``img`` on."""
-        return self._fill(tuple(background_shape), img)
+        # a list from the caller becomes the tuple _fill is promised (its length is the caller's)
+        return self._fill(cast(Tuple[int, int], tuple(background_shape)), img)
 
     def _fill(self, background_shape: Tuple[int, int], img: np.ndarray) -> np.ndarray:
         raise NotImplementedError("{} does not implement _fill(background_shape, img)".format(type(self).__name__))
@@ -110,8 +111,8 @@ class CenterPaste(ImageAugmentor):
     def __init__(self, background_shape: Any, background_filler: Optional[BackgroundFiller] = None):
         if background_filler is None:
             background_filler = ConstantBackgroundFiller(0)
-        background_shape = shape2d(type(self).__name__, background_shape)
-        self._init(locals())
+        self.background_shape = shape2d(type(self).__name__, background_shape)
+        self.background_filler = background_filler
         super().__init__()
 
     def get_transform(self, img: np.ndarray) -> Any:

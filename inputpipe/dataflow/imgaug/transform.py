@@ -395,12 +395,13 @@ class LazyTransform(BaseTransform):
 
     def __init__(self, get_transform: Callable[[np.ndarray], BaseTransform]):
         self.get_transform = get_transform
-        self._transform = None
+        self._transform: Optional[BaseTransform] = None
 
     def apply_image(self, img: np.ndarray) -> np.ndarray:
         if self._transform is None:
             self._transform = self.get_transform(img)
-        return self._transform.apply_image(img)
+        # BaseTransform does not declare apply_image (Transform finds apply_* methods dynamically)
+        return self._apply(img, "apply_image")
 
     def _apply(self, x: Any, method: str) -> Any:
         if self._transform is None:
