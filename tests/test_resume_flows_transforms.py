@@ -99,10 +99,13 @@ def test_locally_shuffle_data_state_holds_entry_numbers_not_data():
     itr = epochs(df)
     take(itr, 20)
     state = df.get_state()
-    assert len(state["slots"]) == 8 and all(isinstance(e, int) for e in state["slots"])
+    slots = state["shuffled"][state["dropped"]:] + list(range(state["tail_from"], state["entries"]))
+    assert len(slots) == 8 and len(set(slots)) == 8 and all(isinstance(e, int) for e in slots)
     assert state["entries"] == 28 and state["produced"] == 20
-    assert min(state["slots"]) >= state["anchor_entry"]
-    assert state["anchor"]["type"] == "DataFromList"
+    assert min(slots) == state["anchor_entry"] and max(slots) < 28
+    assert state["anchor"] == {"type": "DataFromList", "epoch": 0, "position": state["anchor_entry"], "size": 50,
+                               "seed": None}
+    assert df.get_state()["shuffled"] is state["shuffled"]   # shared between states, not copied
     itr.close()
 
 

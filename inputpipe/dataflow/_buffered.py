@@ -24,6 +24,33 @@ from .seeding import new_rng
 __all__ = ["LocallyShuffleData", "CacheData"]
 
 
+class _EntryNumbers:
+    """The entry numbers of the buffered datapoints, in buffer order: the list made at the last
+    shuffle (never changed afterwards, so a state can share it instead of copying it), minus the
+    ``dropped`` first ones, followed by the consecutive entries ``tail_from, tail_from + 1, ...``
+    added since."""
+
+    __slots__ = ("shuffled", "dropped", "tail_from")
+
+    def __init__(self, shuffled: List[int], dropped: int, tail_from: int):
+        self.shuffled, self.dropped, self.tail_from = shuffled, dropped, tail_from
+
+    def popleft(self) -> int:
+        if self.dropped < len(self.shuffled):
+            self.dropped += 1
+            return self.shuffled[self.dropped - 1]
+        self.tail_from += 1
+        return self.tail_from - 1
+
+    def current(self, end: int) -> List[int]:
+        """The numbers in buffer order, when ``end`` is the number of the next entry."""
+        return self.shuffled[self.dropped:] + list(range(self.tail_from, end))
+
+    def shuffle(self, order: List[int], end: int) -> None:
+        numbers = self.current(end)
+        self.shuffled, self.dropped, self.tail_from = [numbers[i] for i in order], 0, end
+
+
 class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
     """Shuffle through a buffer of ``buffer_size`` datapoints, for inputs too big to shuffle whole.
 
@@ -38,8 +65,9 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
     epoch end when the input's epoch ends.
 
     Resuming: the k-th shuffle draws from a RandomState seeded from (base seed, k). The state
-    holds no data: the numbers of the entries in the buffer (one int per buffered entry, in
-    buffer order), the input's state from before the oldest of them was read, and counters. A
+    holds no data: the numbers of the entries in the buffer (in buffer order: the list made at
+    the last shuffle, up to one int per buffered entry, and the run of entries added since), the
+    input's state from before the oldest of them was read, and counters. A
     restore re-reads the input from there up to where the buffer was, keeps the entries that
     were in the buffer, and continues; the re-read datapoints are not yielded again.
 
@@ -60,7 +88,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
 
     def _clear(self) -> None:
         self._buffer: deque = deque()
-        self._slots: deque = deque()        # the entry number of each buffered datapoint
+        self._numbers = _EntryNumbers([], 0, 0)  # the entry number of each buffered datapoint
         self._held: Dict[int, int] = {}    # input datapoint number -> its entries in the buffer
         self._before: deque = deque()      # (input datapoint number, input state before it)
         self._source: Optional[Iterator[Any]] = None
@@ -105,7 +133,8 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
     def _replay(self, restore: Dict[str, Any]) -> None:
         """Re-read the input from the restored anchor up to the restored entry count and rebuild
         the buffer (the input is already at the anchor's state)."""
-        slots = restore["slots"]
+        numbers = _EntryNumbers(restore["shuffled"], restore["dropped"], restore["tail_from"])
+        slots = numbers.current(restore["entries"])
         wanted = set(slots)
         found: Dict[int, Any] = {}
         entry = restore["anchor_entry"]
@@ -119,7 +148,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
                 found[entry] = dp
             entry += 1
         self._buffer = deque(found[e] for e in slots)
-        self._slots = deque(slots)
+        self._numbers = numbers
         self._held = {}
         for e in slots:
             self._held[e // self.num_reuse] = self._held.get(e // self.num_reuse, 0) + 1
@@ -142,7 +171,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
                     self._replay(restore)
                 else:
                     self._source = self._entries_from(self._entries)
-            buffer, slots, held, source = self._buffer, self._slots, self._held, self._source
+            buffer, held, source = self._buffer, self._held, self._source
             interval, reuse = self.shuffle_interval * self.num_reuse, self.num_reuse
             while target is None or self._produced < target:
                 item = next(source)
@@ -159,34 +188,32 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
                 self._since_epoch += 1
                 self._entries = entry + 1
                 if self._entries % interval == 0:
-                    self._shuffle(self._entries // interval)
+                    self._shuffle(self._entries // interval, entry)
                 held[entry // reuse] = held.get(entry // reuse, 0) + 1
                 if len(buffer) < self.buffer_size:
                     buffer.append(dp)
-                    slots.append(entry)
                     continue
                 oldest = buffer.popleft()
-                gone = slots.popleft() // reuse
+                gone = self._numbers.popleft() // reuse
                 if held[gone] == 1:
                     del held[gone]
                     self._prune_before()
                 else:
                     held[gone] -= 1
                 buffer.append(dp)
-                slots.append(entry)
                 self._produced += 1
                 yield oldest
             self._produced = 0
 
-    def _shuffle(self, number: int) -> None:
-        """The ``number``-th shuffle of the buffer (its entry numbers move with it)."""
-        buffer, slots = self._buffer, self._slots
+    def _shuffle(self, number: int, next_entry: int) -> None:
+        """The ``number``-th shuffle of the buffer (its entry numbers move with it); ``next_entry``
+        is the entry about to be added."""
+        buffer = self._buffer
         order = epoch_rng(self, self.base_seed, number).permutation(len(buffer)).tolist()
-        shuffled, numbers = [buffer[i] for i in order], [slots[i] for i in order]
+        shuffled = [buffer[i] for i in order]
         buffer.clear()
         buffer.extend(shuffled)
-        slots.clear()
-        slots.extend(numbers)
+        self._numbers.shuffle(order, next_entry)
 
     def _prune_before(self) -> Optional[int]:
         """Forget the input states of datapoints that left the buffer for good; returns the
@@ -198,8 +225,10 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         return current
 
     def get_state(self) -> Dict[str, Any]:
-        """``{"type", "seed", "entries", "slots", "anchor", "anchor_entry", "produced", "since_epoch"}``."""
-        before, held = self._before, self._held
+        """``{"type", "seed", "entries", "shuffled", "dropped", "tail_from", "anchor", "anchor_entry",
+        "produced", "since_epoch"}``: the buffer holds the entries ``shuffled[dropped:]`` followed by
+        ``tail_from..entries-1``; ``shuffled`` is the list made at the last shuffle, shared, not copied."""
+        before, held, numbers = self._before, self._held, self._numbers
         current = self._prune_before()
         reuse = self.num_reuse
         if before and (before[0][0] in held or before[0][0] == current):
@@ -208,18 +237,22 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         else:
             anchor, anchor_entry = self.ds.get_state(), self._entries
         return {"type": "LocallyShuffleData", "seed": self.base_seed, "entries": self._entries,
-                "slots": list(self._slots), "anchor": anchor, "anchor_entry": anchor_entry,
+                "shuffled": numbers.shuffled, "dropped": numbers.dropped, "tail_from": numbers.tail_from,
+                "anchor": anchor, "anchor_entry": anchor_entry,
                 "produced": self._produced, "since_epoch": self._since_epoch}
 
     def set_state(self, state: Dict[str, Any]) -> None:
-        state = check_state(self, state, {"seed": int, "entries": int, "slots": list, "anchor": dict,
-                                          "anchor_entry": int, "produced": int, "since_epoch": int})
-        if len(state["slots"]) > self.buffer_size or any(
-                not state["anchor_entry"] <= e < state["entries"] for e in state["slots"]):
+        state = check_state(self, state, {"seed": int, "entries": int, "shuffled": list, "dropped": int,
+                                          "tail_from": int, "anchor": dict, "anchor_entry": int, "produced": int,
+                                          "since_epoch": int})
+        slots = []
+        if 0 <= state["dropped"] <= len(state["shuffled"]) and state["tail_from"] <= state["entries"]:
+            slots = _EntryNumbers(state["shuffled"], state["dropped"], state["tail_from"]).current(state["entries"])
+        if not slots and state["entries"] or len(slots) > self.buffer_size or any(
+                not (isinstance(e, int) and state["anchor_entry"] <= e < state["entries"]) for e in slots):
             raise StateMismatchError("LocallyShuffleData.set_state: the state's buffer of {} entries does not "
                                      "fit buffer_size={} and entries {}..{}".format(
-                                         len(state["slots"]), self.buffer_size, state["anchor_entry"],
-                                         state["entries"]))
+                                         len(slots), self.buffer_size, state["anchor_entry"], state["entries"]))
         if self._source is not None:
             close_iterators([self._source])
         self._clear()
