@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from inputpipe.dataflow.base import DataFlow, NotResumableError, StateMismatchError, check_state
-from inputpipe.input_source import BatchQueueInput, FeedInput, QueueInput, StagingInput
+from inputpipe.input_source import BatchQueueInput, FeedInput, QueueInput, StagingInput, remap_input_source
 from inputpipe.input_source.position import decode_position, encode_position
 
 SPEC = [tf.TensorSpec([], tf.int64, "x")]
@@ -78,6 +78,8 @@ def make_source(kind, df):
         return QueueInput(df, in_worker=True), SPEC
     if kind == "staged_worker_batch":
         return StagingInput(BatchQueueInput(df, batch_size=3, in_worker=True), device="/cpu:0"), BATCH_SPEC
+    if kind == "staged_remap":
+        return StagingInput(remap_input_source(QueueInput(df), ["x"]), device="/cpu:0"), SPEC
     raise ValueError(kind)
 
 
@@ -113,7 +115,7 @@ def saved_position(logdir):
 
 
 @pytest.mark.parametrize("kind", ["queue", "staging", "batch", "staged_batch", "feed", "worker",
-                                  "staged_worker_batch"])
+                                  "staged_worker_batch", "staged_remap"])
 def test_restored_session_continues_after_the_last_consumed_datapoint(tmp_path, kind):
     per_step = 3 if "batch" in kind else 1
     first, _ = train(str(tmp_path), kind, 4)
@@ -283,3 +285,15 @@ def test_user_queue_without_position_component_still_works_untracked(caplog):
         with tf.compat.v1.Session(graph=graph) as sess, source.session(sess) as run:
             assert [int(run(x)) for _ in range(3)] == [0, 1, 2]
     assert any("no int64 position component" in r.getMessage() for r in caplog.records)
+
+
+def test_sources_without_a_dataflow_position_refuse_get_and_set_state():
+    from inputpipe.input_source import DummyConstantInput
+    graph = tf.Graph()
+    with graph.as_default():
+        source = DummyConstantInput([[2]])
+        source.setup([tf.TensorSpec([2], tf.float32, "x")])
+        with pytest.raises(NotResumableError, match="DummyConstantInput reads no DataFlow"):
+            source.set_state({"type": "Numbered"})
+        with pytest.raises(NotResumableError, match="DummyConstantInput reads no DataFlow"):
+            source.get_state()

@@ -7,7 +7,7 @@ Example::
     source.setup([score_spec, label_spec, image_spec])
     score, label, image = source.get_input_tensors()   # score is a placeholder
 """
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
@@ -70,6 +70,12 @@ class RemappedInput(InputSource):
 
     def _last_tower(self) -> Tower:
         return self._input._last_tower()
+
+    def _input_position(self) -> Optional[Any]:
+        return self._input._input_position()
+
+    def _running_session(self) -> Optional[tf.compat.v1.Session]:
+        return self._input._running_session()
 
     def _read_for_staging(self) -> None:
         super()._read_for_staging()
