@@ -142,13 +142,19 @@ def make_imagenet(root):
 
 
 def single_process_training_epoch(root, crop):
-    """The training pipeline without the worker processes, augmentors seeded, files in list order."""
+    """The training pipeline without the worker processes, augmentors seeded, files in list order.
+
+    The augmentors run in one stream over the datapoints (what tensorpack's AugmentImageComponent
+    does): inputpipe's AugmentImageComponent gives each datapoint a seed of its own instead (so a
+    restored pipeline repeats its augmentations), which the seeded stream here cannot match."""
     augs = fbresnet_augmentor(True, crop)
     ds = tp.dataset.ILSVRC12(os.path.join(root, "original"), "train", meta_dir=os.path.join(root, "meta"),
                              shuffle=False)
-    ds = tp.AugmentImageComponent(ds, augs, copy=False)
+    augmentor_list = tp.imgaug.AugmentorList(augs)
+    ds = tp.MapDataComponent(ds, augmentor_list.augment)
     ds.reset_state()
-    ds.augs.rng = np.random.RandomState(99)
+    augmentor_list.reset_state()
+    augmentor_list.rng = np.random.RandomState(99)
     for i, aug in enumerate(augs):
         aug.rng = np.random.RandomState(i)
         for j, inner in enumerate(getattr(aug, "aug_lists", [])):   # RandomOrderAug's augmentors
