@@ -210,6 +210,22 @@ def test_plain_saver_saves_and_restores_the_position_without_extra_code(tmp_path
     assert run(9, False) + run(6, True) == expected_values(7, 15)
 
 
+def test_saving_after_the_source_stopped_saves_the_last_consumed_position(tmp_path):
+    path = str(tmp_path / "model")
+    graph = tf.Graph()
+    with graph.as_default():
+        source = StagingInput(QueueInput(Numbered(n=50)), device="/cpu:0")
+        source.setup(SPEC)
+        x, = source.get_input_tensors()
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session(graph=graph) as sess:
+            with source.session(sess) as run:
+                assert [int(run(x)) for _ in range(6)] == list(range(6))
+            saver.save(sess, path)          # the source and its DataFlow are closed by now
+    document = json.loads(tf.train.load_checkpoint(path).get_tensor("StagingInput/QueueInput/input_position"))
+    assert document["state"] == {"type": "Numbered", "epoch": 0, "position": 6}
+
+
 def test_non_resumable_chain_warns_at_setup_and_restore_and_refuses_set_state(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="inputpipe")
     first, source = train(str(tmp_path), "queue", 3, df=Plain())

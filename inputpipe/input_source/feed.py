@@ -163,7 +163,6 @@ class FeedInput(InputSource):
 
     def _close_data(self) -> None:
         close_dataflow(self.ds, self.name)
-        self._position.end_session()
         self._reset_done = False
 
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:

@@ -192,11 +192,6 @@ class InputPosition:
         with self._lock:
             self._received = encode_position(self.owner, state, self.flow)
 
-    def end_session(self) -> None:
-        with self._lock:
-            self._states = {}
-        self._start_document = b""
-
     # -- feeding thread ------------------------------------------------------------------------
     def tag(self) -> int:
         """Number the datapoint just taken from the DataFlow and remember the DataFlow's state."""

@@ -315,7 +315,6 @@ class QueueInput(FeedfreeInput):
         if self._worker_feed is not None:
             self._worker_feed.close()
         close_dataflow(self.ds, self.name)
-        self._position.end_session()
         self._reset_done = False          # a later session resets it again (if it can restart)
 
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
