@@ -110,7 +110,7 @@ def main() -> None:
     for shuffle in (False, True):
         flows = {"inputpipe": build(ip, datapoints, shuffle), "tensorpack": build(tp, datapoints, shuffle)}
         times = {name: [] for name in flows}
-        for name, df in flows.items():
+        for df in flows.values():
             time_epoch(df)  # warm-up epoch
         for _ in range(args.repeats):
             for name, df in flows.items():

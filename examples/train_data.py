@@ -14,12 +14,15 @@ import os
 import sys
 import time
 import zlib
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from image_pipeline import DatasetError, DropCorrupt, build_image_dataflow, list_image_folder
 import synthetic_images
+
+if TYPE_CHECKING:  # train_resnet imports this module; at run time RunConfig is only an annotation
+    from train_resnet import RunConfig
 
 
 class MissingDependency(Exception):

@@ -41,7 +41,7 @@ def test_every_tensorpack_name_and_module_path_exists():
 
 def test_feedfree_sources_are_feedfree_inputs():
     ds = Counting(3)
-    feedfree = [QueueInput(ds), BatchQueueInput(ds, 2), StagingInput(QueueInput(ds)), TensorInput(lambda: []),
+    feedfree = [QueueInput(ds), BatchQueueInput(ds, 2), StagingInput(QueueInput(ds)), TensorInput(list),
                 DummyConstantInput([[3], []]), ZMQInput("tcp://127.0.0.1:*", hwm=2)]
     with tf.Graph().as_default():
         feedfree.append(TFDatasetInput(tf.data.Dataset.range(3)))

@@ -1,7 +1,6 @@
 """Hardening of the InputSources: bad remote datapoints, run-time shape checks of datasets,
 closing what runs under a source, staged batches before a failure, matching dict keys by name,
 and the input-bound warning after recovery."""
-import inspect
 import logging
 import threading
 import time
@@ -12,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from inputpipe.dataflow import BatchData, MultiProcessMapData, MultiProcessRunnerZMQ
-from inputpipe.dataflow.remote import RemoteDataZMQ, send_dataflow_zmq
+from inputpipe.dataflow.remote import send_dataflow_zmq
 from inputpipe.input_source import (
     FeedInput, InputSourceError, InputStats, QueueInput, StagingInput, TFDatasetInput, ZMQInput, hooked_session,
 )

@@ -59,7 +59,7 @@ def test_exception_in_monitored_session_stops_the_thread():
             with tf.compat.v1.train.MonitoredTrainingSession(hooks=source.get_hooks(),
                                                              stop_grace_period_secs=2) as sess:
                 sess.run(label)
-                1 / 0
+                raise ZeroDivisionError("an error in the training loop")
     assert _wait_no_feeders()
 
 

@@ -234,7 +234,7 @@ def test_forkserver_and_spawn_workers(method):
     df = MultiProcessRunnerZMQ(Indexed(10, (100, 100)), num_proc=2, start_method=method)
     df.reset_state()
     with df:
-        assert sorted(set(i for i, _ in df)) <= list(range(10))
+        assert sorted({i for i, _ in df}) <= list(range(10))
         values = [(i, float(arr.mean())) for i, arr in df]
     assert len(values) == 10 and all(i == mean for i, mean in values)
 

@@ -75,7 +75,7 @@ def _fds_into(directory):
             target = os.readlink("/proc/self/fd/" + fd)
         except OSError:
             continue
-        if target.startswith(str(directory) + "/") or target.startswith("/memfd:inputpipe"):
+        if target.startswith((str(directory) + "/", "/memfd:inputpipe")):
             found[int(fd)] = target
     return found
 
