@@ -25,6 +25,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from ..input_source.base import InputSource
 from ..input_source.session import hooked_session
 from ..utils.logger import get_logger
+from .checkpoints import Checkpoints
 
 __all__ = ["train", "TrainSummary"]
 
@@ -152,7 +153,8 @@ class TrainSummary:
 def train(train_op: Any, source: InputSource, steps: int, *, fetches: Optional[Dict[str, Any]] = None,
           batch_size: Optional[int] = None, session: Optional[tf.compat.v1.Session] = None,
           hooks: Sequence[tf.compat.v1.train.SessionRunHook] = (), progress: bool = True,
-          callback: Optional[Callable[[int, Dict[str, Any]], None]] = None) -> TrainSummary:
+          callback: Optional[Callable[[int, Dict[str, Any]], None]] = None,
+          checkpoint_dir: Optional[str] = None, save_every: Optional[int] = None) -> TrainSummary:
     """Run ``train_op`` (built on ``source.get_input_tensors()``) for ``steps`` steps.
 
     Without ``session``, a session on the train op's graph is created, global and local
@@ -164,6 +166,10 @@ def train(train_op: Any, source: InputSource, steps: int, *, fetches: Optional[D
     break it.
     ``hooks`` are extra ``SessionRunHook``\\ s. The source is stopped and closed at the end (also on
     errors); a queue-based source cannot feed the same session again afterwards.
+    With ``checkpoint_dir``, the latest checkpoint there is restored before the source starts
+    (model, global step and the input position: the data continues after the last datapoint a
+    saved step consumed), a checkpoint is saved every ``save_every`` steps and at the end.
+    ``steps`` counts the steps of this call, also after a restore.
 
     Example::
 
@@ -178,6 +184,9 @@ def train(train_op: Any, source: InputSource, steps: int, *, fetches: Optional[D
         session = tf.compat.v1.Session(graph=graph)
         with graph.as_default():
             session.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
+    checkpoints = Checkpoints(graph, checkpoint_dir, save_every) if checkpoint_dir else None
+    if checkpoints is not None:
+        checkpoints.restore(session)
     fetches = dict(fetches or {})
     values: Dict[str, Any] = {}
     bar = _ProgressBar(total=steps, disable=not progress, unit="step", dynamic_ncols=True)
@@ -197,10 +206,14 @@ def train(train_op: Any, source: InputSource, steps: int, *, fetches: Optional[D
                     started = time.perf_counter()
                 if callback is not None:
                     callback(step, values)
+                if checkpoints is not None:
+                    checkpoints.step_done(session, step + 1)
                 bar.update(1)
                 if values:
                     bar.set_postfix({k: _short(v) for k, v in values.items()}, refresh=False)
             ended = time.perf_counter()
+            if checkpoints is not None and checkpoints.last_saved_step != steps:
+                checkpoints.save(session)
         seconds = ended - started
         timed_steps = steps - warmup
     finally:
