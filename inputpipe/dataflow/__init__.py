@@ -9,6 +9,8 @@ Example::
     for batch in df:
         ...
 """
+from types import ModuleType as _ModuleType
+
 from . import seeding
 from .base import *  # noqa: F401,F403
 from .raw import *  # noqa: F401,F403
@@ -22,16 +24,15 @@ from .image import *  # noqa: F401,F403
 from .profiling import profile, ProfileReport, StageProfile  # noqa: F401
 
 _SUBPACKAGES = ("imgaug", "dataset")
-# ``from inputpipe.dataflow import *`` gives what ``from tensorpack.dataflow import *`` gives: every
-# public DataFlow name, and the ``imgaug`` and ``dataset`` subpackages.
-__all__ = sorted({name for name in dir() if not name.startswith("_")} - {"base", "raw", "common", "batch",
-                  "transforms", "combine", "debug", "parallel", "parallel_map", "remote", "serialize",
-                  "format", "image", "seeding", "profiling", "diagnosis"}) + list(_SUBPACKAGES)
-
-
 # The Ray flows (the ``ray`` extra) live in inputpipe.dataflow.ray and load on first use.
 _RAY_NAMES = ("RayMapData", "RayMapAndBatchData", "RayShardedData", "start_local_ray")
-__all__ += list(_RAY_NAMES)
+# ``from inputpipe.dataflow import *`` gives what ``from tensorpack.dataflow import *`` gives: every
+# public DataFlow name (not the modules), the ``imgaug`` and ``dataset`` subpackages, and the Ray flows.
+_FLOW_NAMES = sorted(name for name, value in globals().items()
+                     if not name.startswith("_") and not isinstance(value, _ModuleType))
+__all__ = list(_FLOW_NAMES)
+__all__.extend(_SUBPACKAGES)
+__all__.extend(_RAY_NAMES)
 
 
 def __getattr__(name):
