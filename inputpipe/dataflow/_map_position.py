@@ -18,6 +18,8 @@ Example::
 """
 from typing import Any, Dict, Iterable, Optional, Set
 
+from .base import StateMismatchError, check_state
+
 
 class MapPosition:
     """The watermark bookkeeping of one strict parallel map (see the module doc).
@@ -70,3 +72,20 @@ class MapPosition:
         """``epoch``, ``index`` (the watermark), ``done`` (ascending) and ``input`` of the state."""
         return {"epoch": self.epoch, "index": self.watermark, "done": sorted(self.done),
                 "input": self.input_at_watermark}
+
+
+def checked_map_state(flow: Any, state: Any, ordered: bool) -> Dict[str, Any]:
+    """``state`` validated for ``flow.set_state()`` (a strict map, ``ordered`` or not); raises
+    :class:`StateMismatchError` naming the flow, what it expected and what came."""
+    name = type(flow).__name__
+    state = check_state(flow, state, {"seed": int, "epoch": int, "index": int, "done": list, "input": dict})
+    index, done = state["index"], state["done"]
+    if state["seed"] < 0 or state["epoch"] < 0 or index < 0 or not all(
+            type(task) is int and task > index for task in done):
+        raise StateMismatchError("{}.set_state: expected seed, epoch, index >= 0 and done a list of ints greater "
+                                 "than index, got seed={!r} epoch={!r} index={!r} done={!r}".format(
+                                     name, state["seed"], state["epoch"], index, done))
+    if done and ordered:
+        raise StateMismatchError("{}.set_state: the state is of an unordered map (done={!r}), this map is ordered; "
+                                 "restore with the arguments it was saved with".format(name, done))
+    return state

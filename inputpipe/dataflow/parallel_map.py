@@ -33,9 +33,8 @@ from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import WorkerError, worker_error_class
 from ..utils.seeding import datapoint_context, derive_seed, new_rng
 from ..utils.workers import WorkerPool, WorkerPoolOwner
-from ._map_position import MapPosition
-from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, StateMismatchError,
-                   check_state, get_length)
+from ._map_position import MapPosition, checked_map_state
+from .base import DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, get_length
 from .common import BatchData
 from .parallel import _check_positive, _stop_threads
 
@@ -70,7 +69,6 @@ def _old_style_arguments(name: str, count_name: str, count: Optional[int], map_f
     if not callable(map_func):
         raise TypeError("{}: map_func must be callable, got {!r}".format(name, map_func))
     return _check_positive(name, count_name, count), map_func, buffer_size, strict
-
 
 
 class _ParallelMapBase(ProxyDataFlow):
@@ -186,19 +184,10 @@ class _ParallelMapBase(ProxyDataFlow):
         if not self._started or self._closed:
             raise RuntimeError("{}: call reset_state() before set_state(){}".format(
                 name, " (it is closed)" if self._closed else ""))
-        state = check_state(self, state, {"seed": int, "epoch": int, "index": int, "done": list, "input": dict})
-        index, done = state["index"], state["done"]
-        if state["seed"] < 0 or state["epoch"] < 0 or index < 0 or not all(
-                type(task) is int and task > index for task in done):
-            raise StateMismatchError("{}.set_state: expected seed, epoch, index >= 0 and done a list of ints "
-                                     "greater than index, got seed={!r} epoch={!r} index={!r} done={!r}".format(
-                                         name, state["seed"], state["epoch"], index, done))
-        if done and self.ordered:
-            raise StateMismatchError("{}.set_state: the state is of an unordered map (done={!r}), this map is "
-                                     "ordered; restore with the arguments it was saved with".format(name, done))
+        state = checked_map_state(self, state, self.ordered)
         self.ds.set_state(state["input"])
         self.base_seed = state["seed"]
-        self._position.start(state["epoch"], index, done, state["input"])
+        self._position.start(state["epoch"], state["index"], state["done"], state["input"])
         self._in_epoch = self._resume_pending = True
 
     # ---------------------------------------------------------------------------- scheduling
