@@ -226,19 +226,34 @@ def test_saving_after_the_source_stopped_saves_the_last_consumed_position(tmp_pa
     assert document["state"] == {"type": "Numbered", "epoch": 0, "position": 6}
 
 
-def test_non_resumable_chain_warns_at_setup_and_restore_and_refuses_set_state(tmp_path, caplog):
-    caplog.set_level(logging.WARNING, logger="inputpipe")
+def test_non_resumable_chain_warns_at_first_save_and_restore_and_refuses_set_state(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="inputpipe")
     first, source = train(str(tmp_path), "queue", 3, df=Plain())
-    setup_warnings = [r.getMessage() for r in caplog.records if "will not be saved" in r.getMessage()]
-    assert len(setup_warnings) == 1 and "Plain is not resumable" in setup_warnings[0]
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records]
+    setup = [(level, m) for level, m in messages if "will not be saved" in m]
+    assert len(setup) == 1 and setup[0][0] == logging.INFO and "Plain is not resumable" in setup[0][1]
+    saved = [m for level, m in messages if level == logging.WARNING and "was saved without the input position" in m]
+    assert len(saved) == 1 and "QueueInput" in saved[0] and "Plain is not resumable" in saved[0]   # once
     assert saved_position(str(tmp_path))["state"] is None
     with pytest.raises(NotResumableError, match="Plain is not resumable"):
         source.set_state({"type": "Plain"})
     caplog.clear()
     second, _ = train(str(tmp_path), "queue", 3, df=Plain())
     assert first == second == [0, 1, 2]          # the data starts over
-    restore_warnings = [r.getMessage() for r in caplog.records if "starts over" in r.getMessage()]
+    restore_warnings = [r.getMessage() for r in caplog.records
+                        if r.levelno == logging.WARNING and "starts over" in r.getMessage()]
     assert any("QueueInput" in m and "Plain" in m for m in restore_warnings), restore_warnings
+
+
+def test_track_state_true_warns_at_setup_when_not_resumable(caplog):
+    caplog.set_level(logging.INFO, logger="inputpipe")
+    with tf.Graph().as_default():
+        QueueInput(Plain(), track_state=True).setup(SPEC)
+        FeedInput(Plain(), track_state=False).setup(SPEC)
+    found = [(r.levelno, r.getMessage()) for r in caplog.records if "will not be saved" in r.getMessage()]
+    assert len(found) == 1 and found[0][0] == logging.WARNING
+    assert found[0][1].startswith("QueueInput: the input position will not be saved in checkpoints")
+    assert "Plain is not resumable" in found[0][1]
 
 
 def test_track_state_false_does_not_ask_the_dataflow_and_cannot_set_state(tmp_path):
@@ -291,7 +306,7 @@ def test_position_document_round_trip_and_errors():
 
 
 def test_user_queue_without_position_component_still_works_untracked(caplog):
-    caplog.set_level(logging.WARNING, logger="inputpipe")
+    caplog.set_level(logging.INFO, logger="inputpipe")
     graph = tf.Graph()
     with graph.as_default():
         queue = tf.queue.FIFOQueue(8, [tf.int64])

@@ -57,8 +57,9 @@ class FeedInput(InputSource):
     of the DataFlow raises ``tf.errors.OutOfRangeError`` from the step (which
     ``MonitoredTrainingSession`` treats as a clean end).
 
-    The DataFlow's position is saved with TF checkpoints (``track_state=True``): each fed
-    datapoint carries a number that the consuming step records (one more fed scalar and op).
+    The DataFlow's position is saved with TF checkpoints (``track_state`` as in
+    :class:`~inputpipe.input_source.QueueInput`): each fed datapoint carries a number that the
+    consuming step records (one more fed scalar and op).
 
     Example::
 
@@ -70,12 +71,12 @@ class FeedInput(InputSource):
                 run(train_op)     # ends with OutOfRangeError after one epoch
     """
 
-    def __init__(self, ds: Any, infinite: bool = True, *, track_state: bool = True):
+    def __init__(self, ds: Any, infinite: bool = True, *, track_state: Optional[bool] = None):
         super().__init__()
         self.ds = require_dataflow(ds, type(self).__name__)
         self.infinite = infinite
         self._position = InputPosition(self.name, self.ds, track=track_state)
-        self._track_state = bool(track_state)
+        self._track_state = track_state is not False
         self._session = None
         self._resumed = False         # the next iteration continues from a restored state
         self._iterator = None
@@ -102,9 +103,7 @@ class FeedInput(InputSource):
         with on_host():
             self._seq = tf.compat.v1.placeholder_with_default(np.int64(-1), [], name="position")
         self._position.build(4)
-        if self._track_state and not self._position.enabled:
-            logger.warning("%s: the input position will not be saved in checkpoints, so a restored session "
-                           "starts the data over: %s", self.name, self._position.reason)
+        self._position.report()
 
     def _build_tower(self) -> Tower:
         consume = [p.op for p in self._placeholders]
@@ -124,6 +123,7 @@ class FeedInput(InputSource):
         self._resumed = state is not None
         if state is not None:
             self.ds.set_state(state)
+        self._position.warn_saved()
 
     def _claim_batch(self, timeout: float) -> Optional[bool]:
         """Read the next datapoint ahead (kept for the next feed); False at the end of the data."""
@@ -166,6 +166,7 @@ class FeedInput(InputSource):
         self._reset_done = False
 
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
+        self._position.warn_saved()
         self._session = None
         self._claimed_feed = None
         self._claims_ended = False

@@ -102,13 +102,16 @@ class InputPosition:
             print(position.reason)
     """
 
-    def __init__(self, owner: str, ds: Any, state_owner: Any = None, track: bool = True):
+    def __init__(self, owner: str, ds: Any, state_owner: Any = None, track: Optional[bool] = None):
         self.owner = owner
         self.ds = ds
         self.flow = type(ds).__name__
         self._state_owner = ds if state_owner is None else state_owner
+        self.requested = track               # None: track when the chain is resumable, say why not
         self.reason: Optional[str] = None
-        if not track:
+        self._save_warned = False
+        self._save_warning_due = False
+        if track is False:
             self.reason = "{}: input position tracking is off (track_state=False)".format(owner)
         else:
             self.reason = _not_resumable_reason(ds)
@@ -125,6 +128,24 @@ class InputPosition:
         """Stop tracking, for ``reason`` (None: keep tracking)."""
         if reason is not None and self.enabled:
             self.enabled, self.reason = False, reason
+
+    def report(self) -> None:
+        """At setup: say why the position is not tracked. A warning when tracking was asked for
+        (``track_state=True``); otherwise an info line, and a warning when the first checkpoint
+        without a position is saved (a run that never checkpoints is not bothered)."""
+        if self.enabled or self.requested is False:
+            return
+        log = logger.warning if self.requested else logger.info
+        log("%s: the input position will not be saved in checkpoints, so a restored session starts the "
+            "data over: %s", self.owner, self.reason)
+
+    def warn_saved(self) -> None:
+        """Log the warning of a checkpoint saved without the position, once (called in Python's
+        threads: at session start, after the start-up checkpoint, and when the source stops)."""
+        if self._save_warning_due:
+            self._save_warning_due = False
+            logger.warning("%s: a checkpoint was saved without the input position, so a session restored from "
+                           "it starts the data over: %s", self.owner, self.reason)
 
     # -- graph -------------------------------------------------------------------------------
     def build(self, window: int) -> None:
@@ -226,6 +247,9 @@ class InputPosition:
             if self._received is not None:      # restored, the source has not started yet
                 return self._received
         if not self.enabled:
+            if not self._save_warned and self.requested is not False:
+                self._save_warned = True           # logged by the next warn_saved() (TF's thread must not log:
+                self._save_warning_due = True      # logging would register it with `threading` for good)
             return encode_position(self.owner, None, self.flow)
         if seq < 0:
             return self._start_document

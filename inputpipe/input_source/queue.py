@@ -59,14 +59,15 @@ class QueueInput(FeedfreeInput):
     tuples, dicts). ``source.stats`` shows how much Python the DataFlow ran in the training
     process per step, and its input-bound warning says when to switch.
 
-    The position of the DataFlow is saved with every TF checkpoint and restored with it
-    (``track_state=True``, the default; see ``docs/resuming.md``): the feeding thread asks the
-    DataFlow for its state after each datapoint, numbers the datapoint (one more int64 component
-    in the queue) and the step that consumes it records the number in the graph. A restored
-    session continues after the last datapoint a saved step consumed; what was queued or staged
-    then is produced again. A DataFlow chain that is not resumable gets a warning at ``setup()``
-    and starts over after a restore. A queue passed as ``queue`` tracks the position when it has
-    the signature's dtypes followed by ``tf.int64``.
+    The position of the DataFlow is saved with every TF checkpoint and restored with it (see
+    ``docs/resuming.md``): the feeding thread asks the DataFlow for its state after each datapoint,
+    numbers the datapoint (one more int64 component in the queue) and the step that consumes it
+    records the number in the graph. A restored session continues after the last datapoint a saved
+    step consumed; what was queued or staged then is produced again. ``track_state``: None (default)
+    tracks when the DataFlow chain is resumable, and otherwise logs why at setup (info) and warns
+    when a checkpoint is saved without the position and when one is restored; True also warns at
+    setup; False never asks the DataFlow for its state. A queue passed as ``queue`` tracks the
+    position when it has the signature's dtypes followed by ``tf.int64``.
 
     TF shares the memory of 64-byte aligned arrays instead of copying them (see
     :mod:`inputpipe.utils.buffers`), so the DataFlow must not modify an array in place
@@ -86,7 +87,7 @@ class QueueInput(FeedfreeInput):
     default_capacity = 50
 
     def __init__(self, ds: Any, queue: Optional[tf.queue.QueueBase] = None, *, infinite: bool = True,
-                 in_worker: bool = False, track_state: bool = True):
+                 in_worker: bool = False, track_state: Optional[bool] = None):
         super().__init__()
         self.ds = require_dataflow(ds, type(self).__name__)
         self.queue = queue
@@ -96,7 +97,7 @@ class QueueInput(FeedfreeInput):
         self._position = InputPosition(self.name, self.ds, state_owner=self._worker_feed, track=track_state)
         if self._position.enabled and self._worker_feed is not None:
             self._position.disable(self._worker_feed.not_resumable_reason())
-        self._track_state = bool(track_state)
+        self._track_state = track_state is not False
         self._tagged = True          # the queue carries the position numbers (set up in _setup)
         self._resumed = False        # this session's DataFlow continues from a restored state
         self._thread: Optional[EnqueueThread] = None
@@ -153,9 +154,7 @@ class QueueInput(FeedfreeInput):
             self._cancel_op = self.queue.close(cancel_pending_enqueues=True, name="close_and_cancel")
             self._size_op = self.queue.size(name="size")
             self._position.build(self._queue_capacity() + 2 * self._claim_unit() + 2)
-        if self._track_state and not self._position.enabled:
-            logger.warning("%s: the input position will not be saved in checkpoints, so a restored session "
-                           "starts the data over: %s", self.name, self._position.reason)
+        self._position.report()
 
     def _check_queue(self, specs: List[tf.TensorSpec], shapes: List[tf.TensorShape]) -> None:
         if getattr(self.queue.queue_ref, "graph", None) is not tf.compat.v1.get_default_graph():
@@ -302,6 +301,7 @@ class QueueInput(FeedfreeInput):
         except BaseException:
             self._close_data()          # the session will not start: stop the DataFlow's workers now
             raise
+        self._position.warn_saved()
         self._session = session
         self._claimed = 0
         self._dequeued = 0
@@ -318,6 +318,7 @@ class QueueInput(FeedfreeInput):
         self._reset_done = False          # a later session resets it again (if it can restart)
 
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
+        self._position.warn_saved()
         thread, self._thread = self._thread, None
         if thread is None:
             return
@@ -355,7 +356,7 @@ class BatchQueueInput(QueueInput):
     default_capacity = 3000
 
     def __init__(self, ds: Any, batch_size: int, queue: Optional[tf.queue.QueueBase] = None, *,
-                 infinite: bool = True, in_worker: bool = False, track_state: bool = True):
+                 infinite: bool = True, in_worker: bool = False, track_state: Optional[bool] = None):
         super().__init__(ds, queue, infinite=infinite, in_worker=in_worker, track_state=track_state)
         if int(batch_size) <= 0:
             raise ValueError("BatchQueueInput: batch_size must be positive, got {}".format(batch_size))
