@@ -101,16 +101,27 @@ def test_forked_workers_draw_their_own_crops_without_reset(restore_seeding):
     assert streams[0][:10] != streams[1][:10]
 
 
+class CropAndReportIndex(CropAndReport):
+    """As CropAndReport, with the datapoint's index instead of the worker's rank."""
+
+    def __call__(self, dp):
+        return [dp[0], float(self.aug.augment(IMG)[0, 0])]
+
+
 @pytest.mark.timeout(90)
-def test_workers_repeat_their_crops_under_a_global_seed(restore_seeding):
-    seeding.set_global_seed(21)
-    first = _run_workers("spawn")
-    second = _run_workers("spawn")
-    # which worker gets how many datapoints varies from run to run; each worker's stream does not
-    compared = 0
-    for rank in (0, 1):
-        count = min(len(first[rank]), len(second[rank]))
-        assert first[rank][:count] == second[rank][:count]
-        compared += count
-    assert compared > 0
-    assert first[0][:10] != first[1][:10]
+def test_crops_repeat_per_datapoint_under_a_global_seed_whichever_worker_maps_them(restore_seeding):
+    # A parallel map seeds each datapoint's augmentation from (base seed, epoch, index), so the
+    # crop of a datapoint does not depend on the worker, the number of workers or the start method.
+    runs = []
+    for workers, start_method in ((2, "spawn"), (1, "fork"), (3, "fork")):
+        seeding.set_global_seed(21)
+        aug = _make_list()
+        aug.reset_state()
+        df = MultiProcessMapData(DataFromList([[i] for i in range(200)], shuffle=False), workers,
+                                 CropAndReportIndex(aug), strict=True, start_method=start_method, buffer_size=10)
+        df.reset_state()
+        with df:
+            runs.append(sorted(df))
+    assert runs[0] == runs[1] == runs[2]
+    assert [i for i, _ in runs[0]] == list(range(200))
+    assert len({crop for _, crop in runs[0]}) > 10
