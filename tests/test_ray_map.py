@@ -269,8 +269,10 @@ def test_a_failing_read_shard_reaches_the_consumer_with_the_actors_traceback(ray
 def test_too_many_actors_for_the_cluster_fail_with_what_they_wait_for(ray_instance, monkeypatch):
     from inputpipe.dataflow import _ray_runtime
     monkeypatch.setattr(_ray_runtime, "ACTOR_START_TIMEOUT", 2.0)
-    df = RayMapData(Indexed(10), 3, slow_identity)
-    with pytest.raises(WorkerError, match=r"1 of 3 actors \(ranks \[\d\]\) did not start within 2 s: each asks for "
-                                          r"\{'num_cpus': 1\}"):
+    # Each actor asks for more CPUs than the whole 2-CPU cluster has, so none can ever start, however
+    # fast or slow the host is (a test that relied on 2 of 3 actors starting within 2 s was timing-bound).
+    df = RayMapData(Indexed(10), 2, slow_identity, actor_options={"num_cpus": 3})
+    with pytest.raises(WorkerError, match=r"2 of 2 actors \(ranks \[0, 1\]\) did not start within 2 s: each asks "
+                                          r"for \{'num_cpus': 3\}"):
         df.reset_state()
     df.close()
