@@ -107,6 +107,8 @@ class FeedInput(InputSource):
 
     def _build_tower(self) -> Tower:
         consume = [p.op for p in self._placeholders]
+        if not self._position.enabled:
+            return Tower(list(self._placeholders), consume_op=consume, feed_fn=self._take_feed)
         if self._staged_reads:
             return Tower(list(self._placeholders), consume_op=consume, feed_fn=self._take_feed, seq=self._seq)
         return Tower(list(self._placeholders), consume_op=consume, feed_fn=self._take_feed,

@@ -95,8 +95,6 @@ class QueueInput(FeedfreeInput):
         self.in_worker = bool(in_worker)
         self._worker_feed = WorkerFeed(self.ds, self.name) if self.in_worker else None
         self._position = InputPosition(self.name, self.ds, state_owner=self._worker_feed, track=track_state)
-        if self._position.enabled and self._worker_feed is not None:
-            self._position.disable(self._worker_feed.not_resumable_reason())
         self._track_state = track_state is not False
         self._tagged = True          # the queue carries the position numbers (set up in _setup)
         self._resumed = False        # this session's DataFlow continues from a restored state
@@ -190,7 +188,7 @@ class QueueInput(FeedfreeInput):
         for tensor, spec in zip(outputs, self._specs):
             tensor.set_shape(spec.shape)
         consume_op = outputs[0].op
-        if seq is not None and not self._staged_reads:
+        if seq is not None and not self._staged_reads and self._position.enabled:
             outputs = self._position.recorded(outputs, seq)
         return Tower(outputs, consume_op=consume_op, stat_tensors={"wait": wait},
                      seq=seq if self._staged_reads else None)

@@ -154,7 +154,7 @@ class StagingInput(FeedfreeInput):
         inner_tensors = self._input.get_input_tensors()
         inner = self._input._last_tower()
         position: Any = self._input._input_position()
-        staged_seq = inner.seq is not None and position is not None
+        staged_seq = inner.seq is not None and position is not None and position.enabled
         if staged_seq:      # the batch's position number is staged with it, recorded when unstaged
             inner_tensors = inner_tensors + [inner.seq]
             position.widen((self.nr_stage + 1) * self._input._datapoints_per_batch())
