@@ -328,3 +328,35 @@ def test_sources_without_a_dataflow_position_refuse_get_and_set_state():
             source.set_state({"type": "Numbered"})
         with pytest.raises(NotResumableError, match="DummyConstantInput reads no DataFlow"):
             source.get_state()
+
+
+def test_batch_queue_asks_for_the_state_of_batch_ends_only_and_keeps_few():
+    df = Numbered(n=1000)
+    graph = tf.Graph()
+    with graph.as_default():
+        source = BatchQueueInput(df, batch_size=4)
+        source.setup(BATCH_SPEC)
+        x, = source.get_input_tensors()
+        with tf.compat.v1.Session(graph=graph) as sess, source.session(sess) as run:
+            assert [run(x).tolist() for _ in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+            assert source.get_state(sess) == {"type": "Numbered", "epoch": 0, "position": 8}
+    position = source._input_position()
+    kept = sorted(position._states)
+    assert position._next >= 8 and df.state_calls == position._next // 4      # the feeding thread's calls
+    assert kept and all((seq + 1) % 4 == 0 for seq in kept) and len(kept) <= position._span // 4
+
+
+def test_finite_batch_queue_records_the_partial_last_batch():
+    graph = tf.Graph()
+    with graph.as_default():
+        source = BatchQueueInput(Numbered(n=7), batch_size=3, infinite=False)
+        source.setup(BATCH_SPEC)
+        x, = source.get_input_tensors()
+        positions = []
+        with tf.compat.v1.Session(graph=graph) as sess, source.session(sess) as run:
+            for want in ([0, 1, 2], [3, 4, 5], [6]):
+                assert run(x).tolist() == want
+                positions.append(source.get_state(sess)["position"])
+            with pytest.raises(tf.errors.OutOfRangeError):
+                run(x)
+    assert positions == [3, 6, 7]

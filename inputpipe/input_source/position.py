@@ -119,6 +119,9 @@ class InputPosition:
         self._next = 0
         self._states: Dict[int, Dict[str, Any]] = {}
         self._window = 0
+        self._unit = 1
+        self._partial_last = False
+        self._span = 0
         self._lock = threading.Lock()
         self._start_document = b""         # what a session that consumed nothing yet saves
         self._received: Optional[bytes] = None
@@ -152,6 +155,7 @@ class InputPosition:
         """Make the local variable the steps record into and the checkpoint's saveable.
         ``window``: how many numbered datapoints can be in flight (queued, staged) at most."""
         self._window = int(window)
+        self._update_span()
         with on_host():
             self.variable = tf.compat.v1.Variable(
                 tf.constant([-1], tf.int64, name="no_position"), trainable=False, name="input_position",
@@ -162,6 +166,18 @@ class InputPosition:
     def widen(self, extra: int) -> None:
         """Allow ``extra`` more datapoints in flight (a wrapper that reads ahead, e.g. staging)."""
         self._window += int(extra)
+        self._update_span()
+
+    def batches(self, unit: int, partial_last: bool) -> None:
+        """Steps take ``unit`` datapoints at a time (``BatchQueueInput``), so a step's record is
+        always the number of a ``unit``-th datapoint, or, when the data may end with a partial
+        batch (``partial_last``), of the latest one: only those states are asked for and kept."""
+        self._unit, self._partial_last = int(unit), bool(partial_last)
+        self._update_span()
+
+    def _update_span(self) -> None:
+        # the window rounded up to whole batches, so the state leaving it is always one that was kept
+        self._span = -(-self._window // self._unit) * self._unit
 
     def record_op(self, seq: tf.Tensor) -> tf.Operation:
         """An op recording that the step consumed the datapoint (or batch ending with) ``seq``."""
@@ -215,13 +231,19 @@ class InputPosition:
 
     # -- feeding thread ------------------------------------------------------------------------
     def tag(self) -> int:
-        """Number the datapoint just taken from the DataFlow and remember the DataFlow's state."""
+        """Number the datapoint just taken from the DataFlow and remember the DataFlow's state
+        when a step can end on it (every datapoint, or every ``unit``-th and the latest one, see
+        :meth:`batches`); forget the states no step can record any more."""
         seq = self._next
         self._next = seq + 1
         if self.enabled:
-            states = self._states
-            states[seq] = self._state_owner.get_state()
-            states.pop(seq - self._window, None)
+            ends_batch = (seq + 1) % self._unit == 0
+            if ends_batch or self._partial_last:
+                states = self._states
+                states[seq] = self._state_owner.get_state()
+                states.pop(seq - self._span, None)
+                if seq % self._unit:        # the datapoint before ends no batch: it was kept as the latest
+                    states.pop(seq - 1, None)
         return seq
 
     def consumed_state(self, session: Optional[tf.compat.v1.Session]) -> Optional[Dict[str, Any]]:

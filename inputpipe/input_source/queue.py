@@ -152,6 +152,7 @@ class QueueInput(FeedfreeInput):
             self._cancel_op = self.queue.close(cancel_pending_enqueues=True, name="close_and_cancel")
             self._size_op = self.queue.size(name="size")
             self._position.build(self._queue_capacity() + 2 * self._claim_unit() + 2)
+            self._position.batches(self._claim_unit(), partial_last=not self.infinite)
         self._position.report()
 
     def _check_queue(self, specs: List[tf.TensorSpec], shapes: List[tf.TensorShape]) -> None:
