@@ -150,7 +150,9 @@ class _ParallelMapBase(ProxyDataFlow):
                 self.check_resumable()
                 self._not_resumable = [None]
             except NotResumableError as err:
-                self._not_resumable = [err]
+                # Kept without its traceback: the traceback's frames (and their callers') would keep
+                # the datapoints they held alive, and with them the workers' shared memory.
+                self._not_resumable = [err.with_traceback(None)]
         return self._not_resumable[0]
 
     def get_state(self) -> Dict[str, Any]:
