@@ -360,3 +360,17 @@ def test_finite_batch_queue_records_the_partial_last_batch():
             with pytest.raises(tf.errors.OutOfRangeError):
                 run(x)
     assert positions == [3, 6, 7]
+
+
+def test_two_towers_consuming_in_one_step_record_both(tmp_path):
+    graph = tf.Graph()
+    with graph.as_default():
+        source = StagingInput(QueueInput(Numbered(n=50)), device="/cpu:0")
+        source.setup(SPEC)
+        x0, = source.get_input_tensors()
+        x1, = source.get_input_tensors()
+        with tf.compat.v1.Session(graph=graph) as sess, source.session(sess) as run:
+            taken = [sorted(int(v) for v in run([x0, x1])) for _ in range(3)]
+            state = source.get_state(sess)
+    assert sorted(sum(taken, [])) == list(range(6))          # both towers, no datapoint twice
+    assert state == {"type": "Numbered", "epoch": 0, "position": 6}
