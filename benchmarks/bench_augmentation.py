@@ -137,7 +137,8 @@ class PilDecodeAndAugment:
 
 def _check(dp, output):
     image = dp[0]
-    if tuple(image.shape) != (TARGET, TARGET, 3) or str(image.dtype) != output:
+    dtype = str(image.dtype).replace("torch.", "")   # the DataLoader hands numpy arrays over as tensors
+    if tuple(image.shape) != (TARGET, TARGET, 3) or dtype != output:
         raise AssertionError("a loader produced an image of shape {} and dtype {}, expected ({t}, {t}, 3) {}".format(
             tuple(image.shape), image.dtype, output, t=TARGET))
 

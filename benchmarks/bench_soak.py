@@ -82,14 +82,15 @@ class SmallQueueInput(QueueInput):
 
 
 def _rss_mb(pids):
-    """``{pid: (rss MB, uss MB)}`` of the processes still alive."""
+    """``{pid: (rss MB, uss MB, anonymous MB)}`` of the processes still alive; anonymous memory is
+    RSS without file-backed and shared-memory pages (the workers' segments), where a leak would show."""
     out = {}
     for pid in pids:
         try:
             info = psutil.Process(pid).memory_full_info()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        out[pid] = (info.rss / 2 ** 20, info.uss / 2 ** 20)
+        out[pid] = (info.rss / 2 ** 20, info.uss / 2 ** 20, (info.rss - info.shared) / 2 ** 20)
     return out
 
 
@@ -134,6 +135,7 @@ def _summarise(name, samples, steps, per_step, nbytes_per_step, trainer):
             "rss_mb_at_10pct": early[2][pid][0], "rss_mb_at_100pct": last[2][pid][0],
             "rss_growth_mb": last[2][pid][0] - early[2][pid][0],
             "uss_growth_mb": last[2][pid][1] - early[2][pid][1],
+            "anonymous_growth_mb": last[2][pid][2] - early[2][pid][2],
             "rss_mb_max": max(series), "rss_mb_series": series,
         })
     return {
@@ -187,9 +189,11 @@ def main():
                          "{:.0f}".format(record["MB_per_s"]), proc["process"],
                          "{:.1f}".format(proc["rss_mb_at_10pct"]), "{:.1f}".format(proc["rss_mb_at_100pct"]),
                          "{:+.1f}".format(proc["rss_growth_mb"]), "{:+.1f}".format(proc["uss_growth_mb"]),
+                         "{:+.1f}".format(proc["anonymous_growth_mb"]),
                          "yes" if proc["rss_growth_mb"] < TARGET_GROWTH_MB else "NO"])
     print(tabulate(rows, headers=["pipeline", "datapoints/s", "MB/s", "process", "RSS MB at 10%", "at 100%",
-                                  "RSS growth MB", "USS growth MB", "< 20 MB"], tablefmt="github"))
+                                  "RSS growth MB", "USS growth MB",
+                                  "anonymous growth MB", "< 20 MB"], tablefmt="github"))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump({"benchmark": "soak", "machine": platform.platform(), "cpus": os.cpu_count(),
