@@ -42,7 +42,7 @@ def _bullets_under_sections(text: str) -> list:
     bullets, current, in_section = [], None, False
     for line in text.splitlines():
         if line.startswith("#"):
-            in_section = line.startswith("## ") or line.startswith("### ")
+            in_section = line.startswith(("## ", "### "))
             current = None
         elif line.startswith("- ") and in_section:
             current = [line]

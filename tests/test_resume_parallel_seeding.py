@@ -44,7 +44,7 @@ def run(cls, workers, map_func, ordered=False, data=None, epochs=2):
     df = cls(DataFromList(data, shuffle=True), workers, map_func, strict=True, ordered=ordered, buffer_size=6)
     df.reset_state()
     with df:
-        out = [[dp for dp in df] for _ in range(epochs)]
+        out = [list(df) for _ in range(epochs)]
     # unordered: compare datapoint by datapoint (the source index is the first component)
     return [sorted(epoch, key=lambda dp: dp[0]) for epoch in out] if not ordered else out
 
@@ -90,7 +90,7 @@ def test_a_different_global_seed_gives_different_augmentations():
                              strict=True, ordered=False)
     df.reset_state()
     with df:
-        other = sorted(list(df), key=lambda dp: dp[0])
+        other = sorted(df, key=lambda dp: dp[0])
     assert any(not np.array_equal(a[1], b[1]) for a, b in zip(first[0], other))
 
 

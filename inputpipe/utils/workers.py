@@ -408,7 +408,7 @@ def _serve_channel(rank: int, target: Callable, spec, *args) -> None:
         pass                                    # the parent closed the channel: a normal stop
     except BaseException as err:
         end.send_error(err)
-        raise SystemExit(1)
+        raise SystemExit(1) from err
 
 
 class WorkerPoolOwner:
