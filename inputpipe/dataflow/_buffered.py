@@ -171,6 +171,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
                     self._replay(restore)
                 else:
                     self._source = self._entries_from(self._entries)
+            assert self._source is not None     # made just above, or by _replay()
             buffer, held, source = self._buffer, self._held, self._source
             interval, reuse = self.shuffle_interval * self.num_reuse, self.num_reuse
             while target is None or self._produced < target:

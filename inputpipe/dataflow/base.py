@@ -164,7 +164,7 @@ def _length_protocol(len_method):
                 "{} has no length: {}".format(type(self).__name__, err or "__len__ not implemented")
             ) from None
 
-    __len__._inputpipe_length_protocol = True
+    __len__.__dict__["_inputpipe_length_protocol"] = True      # (a function attribute mypy does not model)
     return __len__
 
 
@@ -257,12 +257,12 @@ class DataFlow:
         # iterates and has a length through them. Only the defining class is patched, so the
         # compatibility get_data/size of DataFlow itself (which call __iter__/__len__) never recurse.
         if "get_data" in cls.__dict__ and "__iter__" not in cls.__dict__:
-            cls.__iter__ = cls.__dict__["get_data"]
+            cls.__iter__ = cls.__dict__["get_data"]  # type: ignore[method-assign]
         if "size" in cls.__dict__ and "__len__" not in cls.__dict__:
-            cls.__len__ = cls.__dict__["size"]
+            cls.__len__ = cls.__dict__["size"]  # type: ignore[method-assign]
         own_len = cls.__dict__.get("__len__")
         if own_len is not None and not getattr(own_len, "_inputpipe_length_protocol", False):
-            cls.__len__ = _length_protocol(own_len)
+            cls.__len__ = _length_protocol(own_len)  # type: ignore[method-assign]
         # A subclass that changes what is yielded (its own __iter__) but keeps an inherited state
         # would save a position that does not describe its output: it is not resumable until it
         # implements get_state/set_state itself.

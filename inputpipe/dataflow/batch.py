@@ -113,16 +113,17 @@ def _batch_python(values: Sequence[Any], key: Hashable) -> np.ndarray:
         batch = np.empty(len(values), dtype=object)
         batch[:] = values
         return batch
+    numbers: Optional[np.ndarray]
     try:
-        batch = np.asarray(values)
+        numbers = np.asarray(values)
     except (ValueError, TypeError, OverflowError):
-        batch = None
-    if batch is not None and batch.ndim == 1 and batch.dtype in _PYTHON_NUMBER_DTYPES:
-        if batch.dtype.kind in "fc" and not any(map(_is_inexact, values)):
+        numbers = None
+    if numbers is not None and numbers.ndim == 1 and numbers.dtype in _PYTHON_NUMBER_DTYPES:
+        if numbers.dtype.kind in "fc" and not any(map(_is_inexact, values)):
             # Only integers, yet numpy chose float: a numpy uint64 among signed ints. Keep the
             # documented int64 of an integer column, exactly, or refuse.
             return _integers_as_int64(values, key)
-        return batch
+        return numbers
     # The culprit is a value that is no number at all or, failing that, a numpy scalar that does not
     # combine into those dtypes (numpy makes them from any mix of python numbers within int64).
     bad = next((i for i, v in enumerate(values) if not _is_number(v, allow_numpy=True)), None)

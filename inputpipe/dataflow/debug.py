@@ -191,17 +191,19 @@ class TestDataSpeed(ProxyDataFlow):
         finally:
             close_iterators([itr])
         has_bytes = nbytes > 0
+        per_sec = count / seconds if seconds > 0 else float("inf")
+        bytes_per_sec = (nbytes / seconds if seconds > 0 else float("inf")) if has_bytes else None
         stats = {
             "datapoints": count,
             "seconds": seconds,
-            "datapoints_per_sec": count / seconds if seconds > 0 else float("inf"),
+            "datapoints_per_sec": per_sec,
             "bytes": nbytes if has_bytes else None,
-            "bytes_per_sec": (nbytes / seconds if seconds > 0 else float("inf")) if has_bytes else None,
+            "bytes_per_sec": bytes_per_sec,
         }
         rows = [["datapoints", "{:,}".format(count)], ["seconds", "{:,.3f}".format(seconds)],
-                ["datapoints/s", "{:,.1f}".format(stats["datapoints_per_sec"])]]
-        if has_bytes:
-            rows.append(["MB/s", "{:,.1f}".format(stats["bytes_per_sec"] / 1e6)])
+                ["datapoints/s", "{:,.1f}".format(per_sec)]]
+        if bytes_per_sec is not None:
+            rows.append(["MB/s", "{:,.1f}".format(bytes_per_sec / 1e6)])
         # disable_numparse: tabulate would turn "1205830.5" back into a number printed as 1.20583e+06
         _report("TestDataSpeed of {}:\n{}".format(type(self.ds).__name__, tabulate(
             rows, tablefmt="simple", disable_numparse=True, colalign=("left", "right"))))

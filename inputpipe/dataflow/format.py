@@ -10,7 +10,7 @@ Example::
 """
 import itertools
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Union
 
 import numpy as np
 
@@ -18,7 +18,8 @@ from ..utils.logger import get_logger
 from ._helpers import EpochCursor, indexed_epoch, indexed_state, restore_indexed
 from .base import DataFlowReentrantGuard, RNGDataFlow, require_rng
 from .caffe_datum import datum_to_image, parse_datum
-from .dataset_io import DatasetFormatError, _import_lmdb, _lmdb_location, _require_file, open_shared_lmdb
+from .dataset_io import (DatasetFormatError, _import_lmdb, _lmdb_location, _require_file, _SharedEnv,
+                         open_shared_lmdb)
 from .hdf5 import HDF5Data
 from .transforms import MapData
 
@@ -63,7 +64,7 @@ class LMDBData(RNGDataFlow):
             self.keys: Optional[List[bytes]] = None
             if shuffle:
                 self.keys = self._key_list(txn, keys)
-        self._env = None
+        self._env: Optional[_SharedEnv] = None
         self._guard = DataFlowReentrantGuard(type(self).__name__)
         logger.info("%s: %d records", self._what, self._size)
 
@@ -96,6 +97,7 @@ class LMDBData(RNGDataFlow):
         return self._cursor.track(self._records(order), token)
 
     def _records(self, order: Sequence[int]) -> Iterator[List[bytes]]:
+        assert self._env is not None        # checked by __iter__, which made this generator
         with self._guard, self._env.env.begin() as txn:
             if not self._shuffle:
                 records = (item for item in txn.cursor() if item[0] not in _META_KEYS)
@@ -149,7 +151,7 @@ class _DatumDecoder:
 
     def __init__(self, what: str):
         self.what = what
-        self.warned = set()
+        self.warned: Set[str] = set()
         self.dropped = 0
 
     def __call__(self, key: bytes, value: bytes) -> Optional[List[Any]]:

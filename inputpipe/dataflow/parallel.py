@@ -24,7 +24,7 @@ import queue
 import time
 import traceback
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 from ..utils.compat import no_other_arguments, renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
@@ -67,8 +67,8 @@ def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[i
     With ``track`` each message is ``[generation, datapoint, ds.get_state()]``, the state taken
     right after ``ds`` yielded that datapoint."""
     ds.reset_state()
-    unacknowledged = collections.deque()     # array bytes of each datapoint the parent has not taken
-    state = {"acked": 0, "bytes": 0, "restore": None}
+    unacknowledged: Deque[int] = collections.deque()     # array bytes of each datapoint the parent has not taken
+    state: Dict[str, Any] = {"acked": 0, "bytes": 0, "restore": None}
 
     def apply(command) -> bool:
         """Handle one command; True when it asks for a restore."""
@@ -398,11 +398,11 @@ class MultiThreadRunner(DataFlow):
         _check_positive(name, "num_thread", num_thread)
         self.num_prefetch = _check_positive(name, "num_prefetch", num_prefetch)
         self._dfs = [get_df() for _ in range(num_thread)]
-        self._queue = queue.Queue(maxsize=num_prefetch)
-        self._failures = []
-        self._threads = []
+        self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=num_prefetch)
+        self._failures: List[Tuple[str, BaseException, str]] = []   # (thread name, error, traceback)
+        self._threads: List[_CopyThread] = []
         self._guard = DataFlowReentrantGuard(name)
-        self._finalizer = None
+        self._finalizer: Optional[weakref.finalize] = None
 
     def __len__(self) -> int:
         return len(self._dfs[0])

@@ -24,7 +24,7 @@ import queue
 import time
 import traceback
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -110,7 +110,7 @@ class _ParallelMapBase(ProxyDataFlow):
         self._pass_start = 0                     # continuous mode: key when the source last restarted
         self._next_yield = 0
         self._pending: Dict[int, Any] = {}       # ordered mode: answers waiting for their turn
-        self._ready = collections.deque()        # (key, result) due to be yielded, in order
+        self._ready: Deque[Tuple[int, Any]] = collections.deque()   # (key, result) due to be yielded, in order
         #: Seeds every datapoint's randomness with (base_seed, epoch, index); drawn at reset_state().
         self.base_seed: Optional[int] = None
         self._position = MapPosition()
@@ -132,6 +132,24 @@ class _ParallelMapBase(ProxyDataFlow):
         if not self._started:
             self._start()
             self._started = True
+
+    # ------------------------------------------------------------------------------ the workers (subclasses)
+
+    def _start(self) -> None:
+        """Start the workers."""
+        raise NotImplementedError
+
+    def _submit(self, rank: int, task: List[Any]) -> None:
+        """Send ``task = [generation, ticket, payload]`` to worker ``rank``."""
+        raise NotImplementedError
+
+    def _receive(self, timeout: float) -> Optional[Tuple[int, List[Any]]]:
+        """One answer ``(rank, [generation, ticket, result])``, or None after ``timeout`` seconds."""
+        raise NotImplementedError
+
+    def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
+        """The worker's ``(name, pid or None)``, for error messages."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------------------ resuming
 
@@ -406,10 +424,10 @@ class MultiThreadMapData(_ParallelMapBase):
             type(self).__name__, "num_thread", num_thread, map_func, old_positional, buffer_size, strict, old_names)
         super().__init__(ds, num_thread, buffer_size, strict, ordered, map_timeout)
         self.map_func = map_func
-        self._results = queue.Queue()      # bounded by buffer_size tasks in flight
+        self._results: "queue.Queue[Any]" = queue.Queue()      # bounded by buffer_size tasks in flight
         self._threads: List[_MapThread] = []
         self._failure: Optional[WorkerError] = None
-        self._finalizer = None
+        self._finalizer: Optional[weakref.finalize] = None
 
     def _start(self) -> None:
         self._threads = [_MapThread("{}-thread-{}".format(type(self).__name__, i), i, self.map_func,
@@ -580,6 +598,8 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
             ...
     """
 
+    _batch_size: int        # always set (checked) in __init__
+
     def __init__(self, ds: DataFlow, num_proc: Optional[int] = None, map_func: Optional[Callable[[Any], Any]] = None,
                  batch_size: Optional[int] = None, buffer_size: Optional[int] = None, **kwargs: Any):
         name = type(self).__name__
@@ -587,8 +607,8 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
         num_proc = _check_positive(name, "num_proc", num_proc)
         self._batch_size = self._task_size = _check_positive(name, "batch_size", batch_size)
         if buffer_size is None:
-            buffer_size = 3 * batch_size * num_proc
-        batches_in_flight = max(1, buffer_size // batch_size)
+            buffer_size = 3 * self._batch_size * num_proc
+        batches_in_flight = max(1, buffer_size // self._batch_size)
         super().__init__(ds, num_proc, map_func, buffer_size=batches_in_flight, **kwargs)
 
     def __len__(self) -> int:

@@ -10,7 +10,7 @@ Example::
 import collections.abc
 import queue as queue_module
 import threading
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Sized, Union, cast
 
 import numpy as np
 
@@ -94,7 +94,7 @@ class _OneShotIterable:
                     "it more than once".format(self._owner, type(self._iterable).__name__)
                 )
             self._started = True
-        return self._iterable
+        return cast(Iterator[Any], self._iterable)    # an iterator: checked in __init__
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -138,7 +138,9 @@ class DataFromGenerator(DataFlow):
     def __iter__(self) -> Iterator[Any]:
         if self._once is not None:
             return iter(self._once)
-        return iter(self._gen())
+        gen = self._gen
+        assert callable(gen)        # _once is None only for a generator function
+        return iter(gen())
 
     def __len__(self) -> int:
         raise DataFlowLengthUnknown("DataFromGenerator has no length")
@@ -166,8 +168,9 @@ class DataFromIterable(DataFlow):
         self._iterable = _OneShotIterable(iterable, "DataFromIterable")
         self._sequence = iterable if isinstance(iterable, collections.abc.Sequence) else None
         self._cursor = EpochCursor()
+        self._len: Optional[int]
         try:
-            self._len = len(iterable)
+            self._len = len(cast(Sized, iterable))      # probed: not every iterable has a length
         except (TypeError, NotImplementedError):
             self._len = None
 

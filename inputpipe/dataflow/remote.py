@@ -301,11 +301,11 @@ class RemoteDataZMQ(DataFlow):
         self.max_bytes = max_bytes
         self.max_frames = max_frames
         self._rejections = RejectionLog(type(self).__name__)
-        self._socket = None
+        self._socket: Optional[zmq.Socket] = None
         self._endpoints: List[str] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._finalizer = None
+        self._finalizer: Optional[weakref.finalize] = None
         self._guard = DataFlowReentrantGuard(type(self).__name__)
 
     @property
@@ -328,7 +328,7 @@ class RemoteDataZMQ(DataFlow):
         socket = context.socket(zmq.PULL)
         socket.set_hwm(self.hwm)
         socket.setsockopt(zmq.MAXMSGSIZE, self.max_bytes)
-        ipc_paths = []
+        ipc_paths: List[str] = []
         self._finalizer = weakref.finalize(self, _close_socket, socket, context, ipc_paths)
         for endpoint in self.addresses:
             if self.bind:

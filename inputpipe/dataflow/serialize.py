@@ -106,7 +106,7 @@ class _LMDBFile(RNGDataFlow):
         if type(count) is not int or count < 0:
             raise DatasetFormatError("{}: metadata has no valid record count: {!r}".format(self._what, count))
         self._count = count
-        self._env = None
+        self._env: Optional[_SharedEnv] = None
 
     def _open(self) -> _SharedEnv:
         """This process' environment of the file (opened on first use)."""
@@ -133,6 +133,7 @@ class _LMDBFile(RNGDataFlow):
         return cursor.track(self._records(order), token)
 
     def _records(self, order: Sequence[int]) -> Iterator[Any]:
+        assert self._env is not None        # checked by __iter__ (_require_cursor), which made this generator
         with self._env.env.begin(buffers=True) as txn:
             if self.shuffle:
                 for index in order:
@@ -483,7 +484,7 @@ def _load_npy_bytes(path: str, what: str) -> np.ndarray:
             raise DatasetFormatError("{}: corrupt .npy file: its header declares {} bytes of data, the file "
                                      "holds {}".format(what, shape[0], data_bytes))
         vector = np.empty(data_bytes, dtype=np.uint8)
-        if f.readinto(memoryview(vector)) != data_bytes:
+        if f.readinto(vector.data) != data_bytes:
             raise DatasetFormatError("{}: the file changed while it was read".format(what))
     return vector
 

@@ -30,7 +30,7 @@ import inspect
 import os
 import pprint
 from collections import namedtuple
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from ..seeding import augmentor_rng, new_rng
 __all__ = ["Augmentor", "ImageAugmentor", "AugmentorList", "PhotometricAugmentor"]
 
 _logger = get_logger(__name__)
-_logged_once = set()
+_logged_once: Set[Any] = set()
 
 #: Stands in for an image when only its shape matters to ``get_transform`` (``ImagePlaceholder(shape=(h, w))``).
 ImagePlaceholder = namedtuple("ImagePlaceholder", ["shape"])
@@ -111,7 +111,7 @@ def default_repr(obj: Any) -> str:
     if spec.varargs is not None or spec.varkw is not None:
         return object.__repr__(obj)
     fields = list(spec.args[1:]) + list(spec.kwonlyargs)
-    defaults = {}
+    defaults: Dict[str, Any] = {}
     if spec.defaults:
         defaults.update(zip(spec.args[len(spec.args) - len(spec.defaults):], spec.defaults))
     if spec.kwonlydefaults:
@@ -371,6 +371,9 @@ class PhotometricAugmentor(ImageAugmentor):
         tfm = aug.get_transform(np.zeros((4, 4), np.float32))
         assert tfm.apply_coords(np.array([[1.0, 2.0]])).tolist() == [[1.0, 2.0]]
     """
+
+    #: ``_augment(img, params) -> img``, defined by every subclass (declared here, not defined).
+    _augment: Callable[[np.ndarray, Any], np.ndarray]
 
     def get_transform(self, img: np.ndarray) -> Any:
         from .transform import PhotometricTransform

@@ -278,7 +278,8 @@ class PhotometricTransform(Transform):
         assert repr(tfm) == "imgaug.PhotometricTransform(double)"
     """
 
-    def __init__(self, func: Callable[[np.ndarray], np.ndarray], name: Optional[str] = None):
+    def __init__(self, func: Callable[[np.ndarray], np.ndarray], name: Optional[object] = None):
+        # name: usually a str; any object is shown through str(), only when the transform is shown
         super().__init__()
         self._func = func
         self._name = name
@@ -310,7 +311,8 @@ class TransformFactory(Transform):
             assert "apply_coords" in str(err)
     """
 
-    def __init__(self, name: Optional[str] = None, **kwargs: Callable):
+    def __init__(self, name: Optional[object] = None, **kwargs: Callable):
+        # name: usually a str; any object is shown through str(), only when the transform is shown
         super().__init__()
         for key, func in kwargs.items():
             if not key.startswith("apply_"):
