@@ -235,14 +235,15 @@ class WorkerEnd:
         self._conn = spec.result_writer
         self._commands = spec.command_reader
         self._capacity = spec.shm_bytes
-        self._mm = None
-        self._regions = None
+        # The shared-memory segment: all three are set, or (no shared memory) all three are None.
+        self._mm: Optional[mmap.mmap] = None
+        self._regions: Optional[_Regions] = None
         self._fd = spec._take_fd()
         self._committed = 0           # bytes at the start of the data area backed by memory
         if self._fd is not None:
             self._mm = mmap.mmap(self._fd, _table_bytes(self._capacity) + self._capacity, flags=mmap.MAP_SHARED)
             self._regions = _Regions(_table(self._mm, self._capacity), self._capacity)
-        self._reader = None
+        self._reader: Optional[_CommandReader] = None
         self._copier = ParallelCopier(name="inputpipe-worker-copy")
 
     def count_work(self, seconds: float, items: int = 0) -> None:
@@ -260,15 +261,17 @@ class WorkerEnd:
         When the segment is full, wait (polling, backing off) as long as part of it is still on
         its way to the parent; the consumer then takes it and frees what it no longer holds.
         When the consumer has received everything and holds it, return None at once."""
-        self._regions.wait_for_warm_region(size)
-        slot = self._regions.allocate(size)
+        regions = self._regions
+        assert regions is not None          # only called on the shared-memory path
+        regions.wait_for_warm_region(size)
+        slot = regions.allocate(size)
         pause = _SHM_POLL_SECONDS[0]
-        while slot is None and size <= self._regions.capacity and self._regions.awaiting_receipt():
+        while slot is None and size <= regions.capacity and regions.awaiting_receipt():
             if self._reader is not None and not self._reader.is_alive():
                 raise EOFError("the parent closed the channel")
             time.sleep(pause)
             pause = min(2 * pause, _SHM_POLL_SECONDS[1])
-            slot = self._regions.allocate(size)
+            slot = regions.allocate(size)
         return slot
 
     def _commit(self, end: int) -> bool:
@@ -277,6 +280,7 @@ class WorkerEnd:
         it has, and what does not fit goes through the pipe."""
         if end <= self._committed:
             return True
+        assert self._fd is not None and self._regions is not None     # only called on the shared-memory path
         table = _table_bytes(self._capacity)
         wanted = min(self._capacity, _pages(max(end, 2 * self._committed, _MIN_COMMIT_BYTES)))
         for target in sorted({wanted, min(self._capacity, _pages(end))}, reverse=True):
@@ -295,6 +299,7 @@ class WorkerEnd:
     def _prefault(self, offset: int, length: int) -> None:
         """Map the pages of a newly reserved range now, so copies into it never stop on a page
         fault (``MADV_POPULATE_WRITE``, else writing one byte per page; nothing lives there yet)."""
+        assert self._mm is not None         # only called on the shared-memory path
         try:
             self._mm.madvise(_MADV_POPULATE_WRITE, offset, length)
         except (OSError, ValueError):
@@ -303,15 +308,17 @@ class WorkerEnd:
     def _place(self, total: int) -> Tuple[Optional[Tuple[int, int]], Optional[str]]:
         """``(slot, None)`` for a datapoint of ``total`` array bytes in shared memory, or
         ``(None, why)`` when it goes through the pipe."""
+        regions = self._regions
+        assert regions is not None          # only called on the shared-memory path
         if total > self._capacity:
             return None, _TOO_BIG
-        if total > self._regions.capacity:
+        if total > regions.capacity:
             return None, _NO_SPACE
         slot = self._allocate_waiting(total)
         if slot is None:
-            return None, (_NO_SPACE if total > self._regions.capacity else _HELD)
+            return None, (_NO_SPACE if total > regions.capacity else _HELD)
         if not self._commit(slot[1] + total):
-            self._regions.cancel(slot[0])
+            regions.cancel(slot[0])
             return None, _NO_SPACE
         return slot, None
 
@@ -328,7 +335,8 @@ class WorkerEnd:
         frames = serialize.dumps_frames(obj)
         payload = [memoryview(f).cast("B") for f in frames[1:]]
         lengths = [p.nbytes for p in payload]
-        use_shm = self._mm is not None and _uses_shared_memory(lengths)
+        mm = self._mm
+        use_shm = mm is not None and _uses_shared_memory(lengths)
         slot, why = self._place(sum(_aligned(n) for n in lengths)) if use_shm else (None, None)
         control = {"k": _DATA, "h": bytes(frames[0]), "len": lengths, "r": -1, "o": 0,
                    "b": self.busy_seconds, "n": self.items}
@@ -339,10 +347,11 @@ class WorkerEnd:
             for part in payload:
                 self._conn.send_bytes(part)
         else:
+            assert mm is not None           # a slot is only found in shared memory
             rid, base = slot
             pos = _table_bytes(self._capacity) + base
             for part in payload:
-                self._copier.copy(np.frombuffer(self._mm, np.uint8, part.nbytes, pos), np.frombuffer(part, np.uint8))
+                self._copier.copy(np.frombuffer(mm, np.uint8, part.nbytes, pos), np.frombuffer(part, np.uint8))
                 pos += _aligned(part.nbytes)
             control["r"], control["o"] = rid, base
             self._send_control(control)
@@ -390,7 +399,7 @@ class _CommandReader(StoppableThread):
     def __init__(self, connection):
         super().__init__(name="inputpipe-command-reader")
         self._connection = connection
-        self.commands = queue.Queue()
+        self.commands: "queue.Queue[Any]" = queue.Queue()
 
     def run(self):
         try:
@@ -422,7 +431,7 @@ class ParentEnd:
         self._notices = notices
         self._mm = mm
         self._data_offset = _table_bytes(capacity)
-        self._states = _table(mm, capacity) if mm is not None else None
+        self._states: Optional[np.ndarray] = _table(mm, capacity) if mm is not None else None
         self.pipe_fallbacks = 0
         self.busy_seconds = 0.0
         self.items = 0
@@ -473,14 +482,16 @@ class ParentEnd:
                         "alive or pass a larger shm_bytes.", self.component, nbytes)
 
     def _load_shared(self, control: dict) -> Any:
+        states = self._states
+        assert states is not None           # a worker only uses the segment this end has mapped
         rid, pos = control["r"], self._data_offset + control["o"]
-        self._states[rid] = _RECEIVED
+        states[rid] = _RECEIVED
         size = sum(_aligned(n) for n in control["len"])
         region = np.frombuffer(self._mm, np.uint8, count=size, offset=pos)
-        weakref.finalize(region, _release_region, self._states, rid)
+        weakref.finalize(region, _release_region, states, rid)
         frames, pos = [control["h"]], 0
         for n in control["len"]:
-            frames.append(memoryview(region[pos:pos + n]))
+            frames.append(region[pos:pos + n].data)
             pos += _aligned(n)
         return serialize.loads_frames(frames, max_bytes=_INTERNAL_MAX_BYTES, copy=False)
 

@@ -42,12 +42,15 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Set, Tuple
 
 from . import seeding
 from .concurrency import POLL_INTERVAL, StoppableThread
 from .errors import WorkerError, worker_error_class
 from .logger import get_logger
+
+if TYPE_CHECKING:
+    from .channel import ParentEnd
 
 __all__ = ["START_METHODS", "default_start_method", "WorkerProcesses", "WorkerPool", "WorkerPoolOwner"]
 
@@ -161,7 +164,8 @@ class WorkerProcesses:
         """Start one more worker running ``target(rank, *args)``; returns its rank."""
         rank = len(self.processes)
         in_main_thread = threading.current_thread() is threading.main_thread()
-        proc = mp.get_context(self.start_method).Process(
+        # typeshed declares Process on the concrete contexts only; get_context() returns one of them
+        proc = mp.get_context(self.start_method).Process(  # type: ignore[attr-defined]
             target=_worker_main,
             args=(self._target, rank, tuple(args), None if self.start_method == "forkserver" else os.getpid(),
                   in_main_thread, seeding.get_global_seed()),
@@ -251,12 +255,12 @@ class WorkerPool:
         self._target = target
         self._args = tuple(args)
         self._shm_bytes = channel.DEFAULT_SHM_BYTES if shm_bytes is None else int(shm_bytes)
-        self._ends = []
+        self._ends: List[ParentEnd] = []
         self._procs: Optional[WorkerProcesses] = None
         self._next_rank = 0
         self._selector: Optional[selectors.BaseSelector] = None
         self._failure: Optional[WorkerError] = None
-        self._finalizer = None
+        self._finalizer: Optional[weakref.finalize] = None
 
     @property
     def started(self) -> bool:
@@ -340,7 +344,7 @@ class WorkerPool:
         try:
             self._ends[rank].send_command(command)
         except OSError:
-            raise self._fail(self._procs.worker_error(rank)) from None
+            raise self._fail(self._worker_error(rank)) from None
 
     def receive(self, timeout: float) -> Optional[Tuple[int, Any]]:
         """``(rank, datapoint)`` from the first worker that has one, or None after ``timeout``.
@@ -354,7 +358,7 @@ class WorkerPool:
             # a worker that ended: deliver what it sent before, then report it (even while others
             # keep sending)
             if rank not in messages:
-                raise self._fail(self._procs.worker_error(rank))
+                raise self._fail(self._worker_error(rank))
         for i in range(self.num):
             rank = (self._next_rank + i) % self.num
             if rank not in messages:
@@ -362,19 +366,26 @@ class WorkerPool:
             try:
                 kind, value = self._ends[rank].receive()
             except (EOFError, OSError):
-                raise self._fail(self._procs.worker_error(rank)) from None
+                raise self._fail(self._worker_error(rank)) from None
             if kind == "error":
                 summary, remote_traceback, original_type = value
-                raise self._fail(self._procs.worker_error(rank, remote_traceback, "raised " + summary,
-                                                          original_type))
+                raise self._fail(self._worker_error(rank, remote_traceback, "raised " + summary, original_type))
             self._next_rank = rank + 1
             return rank, value
         return None
 
-    def _ready(self, timeout: float) -> Tuple[set, set]:
+    def _worker_error(self, rank: int, remote_traceback: Optional[str] = None, reason: Optional[str] = None,
+                      original_type: Optional[type] = None) -> WorkerError:
+        """:meth:`WorkerProcesses.worker_error` of the started workers."""
+        assert self._procs is not None      # a worker can fail only after start()
+        return self._procs.worker_error(rank, remote_traceback, reason, original_type)
+
+    def _ready(self, timeout: float) -> Tuple[Set[int], Set[int]]:
         """``(ranks with a message, ranks whose process ended)``, waiting up to ``timeout`` for
         either; one system call on a selector made once at start."""
-        messages, ended = set(), set()
+        assert self._selector is not None   # made by start(), which every user of the pool calls first
+        messages: Set[int] = set()
+        ended: Set[int] = set()
         for key, _ in self._selector.select(timeout):
             kind, rank = key.data
             (messages if kind == _MESSAGE else ended).add(rank)
