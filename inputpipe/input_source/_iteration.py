@@ -1,5 +1,5 @@
 """Iterating a DataFlow for an InputSource: epochs, the empty-epoch guard, end of data, closing."""
-from typing import Any, Iterator
+from typing import Any, Generator
 
 from ..dataflow.base import DataFlowTerminated
 from ..utils.logger import get_logger
@@ -14,7 +14,7 @@ class EndOfData(Exception):
     """A finite DataFlow has no more datapoints (turned into ``OutOfRangeError`` for training)."""
 
 
-def iterate_datapoints(ds: Any, infinite: bool, owner: str, resumed: bool = False) -> Iterator[Any]:
+def iterate_datapoints(ds: Any, infinite: bool, owner: str, resumed: bool = False) -> Generator[Any, None, None]:
     """Yield datapoints of ``ds``; with ``infinite``, start a new epoch whenever one ends.
 
     Raises :class:`InputSourceError` if an epoch yields nothing (it would spin forever), except

@@ -140,18 +140,17 @@ class InputSource:
 
     @property
     def input_signature(self) -> List[tf.TensorSpec]:
-        self._require_setup()
-        return list(self._specs)
+        return list(self._require_setup())
 
     def get_input_tensors(self) -> List[tf.Tensor]:
         """Tensors matching the input signature, built in the current device and name scope.
         Call it once per tower; every call makes a new, independent consumer."""
-        self._require_setup()
+        specs = self._require_setup()
         if tf.compat.v1.get_default_graph() is not self._graph:
             raise RuntimeError("{}.get_input_tensors(): call it in the graph setup() ran in".format(self.name))
         with tf.name_scope("{}_tower{}".format(self.name, len(self._towers))):
             tower = self._build_tower()
-        for spec, tensor in zip(self._specs, tower.tensors):
+        for spec, tensor in zip(specs, tower.tensors):
             if tensor.dtype != spec.dtype:
                 raise InputSourceError("{}: tensor for {!r} has dtype {}, expected {}".format(
                     self.name, spec.name, tensor.dtype.name, spec.dtype.name))
@@ -332,9 +331,11 @@ class InputSource:
         cause = err.__cause__ or err
         raise failure_error(str(err), cause) from cause
 
-    def _require_setup(self) -> None:
+    def _require_setup(self) -> List[tf.TensorSpec]:
+        """The input signature; a RuntimeError before ``setup()``."""
         if self._specs is None:
             raise RuntimeError("{}: call setup(input_signature) first".format(self.name))
+        return self._specs
 
 
 class FeedfreeInput(InputSource):
@@ -385,7 +386,8 @@ class InputStepHook(tf.compat.v1.train.SessionRunHook):
     def __init__(self, source: InputSource):
         self.source = source
         self._deps: Optional[FetchDependencies] = None
-        self._step = None
+        #: Of the consuming run in progress: (start, seconds waited before it, stat names, waits, datapoints).
+        self._step: Optional[Tuple[float, float, List[str], int, int]] = None
 
     def begin(self) -> None:
         self._deps = FetchDependencies(self.source._graph)
@@ -402,6 +404,7 @@ class InputStepHook(tf.compat.v1.train.SessionRunHook):
             source._step_failed(run_context.session)
         source._raise_failure_before_step()
         args = run_context.original_args
+        assert self._deps is not None       # begin() comes before every run
         executed = self._deps.executed_ops(args.fetches, args.feed_dict)
         consumed = [i for i, t in enumerate(source._towers) if any(op in executed for op in t.consume_ops)]
         if not consumed:

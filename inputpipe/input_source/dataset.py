@@ -7,7 +7,7 @@ Example::
         source = TFDatasetInput(ds)
         source.setup(specs)
 """
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import tensorflow as tf
 
@@ -134,7 +134,7 @@ class TFDatasetInput(FeedfreeInput):
         if self._dataflow is not None:
             with on_host():
                 self._dataset = _dataflow_dataset(self._dataflow, {s.name: s for s in specs}, None, self.name)
-        graph = getattr(self._dataset._variant_tensor, "graph", None)
+        graph = getattr(self._require_dataset()._variant_tensor, "graph", None)
         if graph is not tf.compat.v1.get_default_graph():
             raise InputSourceError(
                 "{}: the dataset was built outside this graph (eagerly or in another tf.Graph); build it "
@@ -143,8 +143,13 @@ class TFDatasetInput(FeedfreeInput):
         self._iterator = None                 # made by the first tower: its kind depends on staging
         self._iterator_flagged = False
 
+    def _require_dataset(self) -> tf.data.Dataset:
+        """The dataset: given to ``__init__``, or made from the DataFlow by ``setup()``."""
+        assert self._dataset is not None    # the DataFlow case has none only until _setup() made it
+        return self._dataset
+
     def _check_element_spec(self, specs: List[tf.TensorSpec]) -> Optional[List[str]]:
-        element = self._dataset.element_spec
+        element = self._require_dataset().element_spec
         names = [s.name for s in specs]
         if isinstance(element, dict):
             if sorted(element) != sorted(names):
@@ -174,10 +179,10 @@ class TFDatasetInput(FeedfreeInput):
         than the dataset does (its element_spec then has the signature's shapes)."""
         if not self._unchecked:
             return dataset
-        specs, names, unchecked, owner = self._specs, self._element_names, set(self._unchecked), self.name
+        specs, names, unchecked, owner = self._require_setup(), self._element_names, set(self._unchecked), self.name
 
-        def check(*element):
-            element = element[0] if len(element) == 1 else element
+        def check(*components):
+            element: Any = components[0] if len(components) == 1 else components
             if names is not None:
                 return {n: _checked(element[n], specs[i], i, owner) if i in unchecked else element[n]
                         for i, n in enumerate(names)}
@@ -203,10 +208,10 @@ class TFDatasetInput(FeedfreeInput):
         """``(element, real, problem)`` triples: the dataset's elements (``real`` True), a bad
         one replaced by filler with ``real`` False and ``problem`` its error message, then
         endless ``(filler, False, "")``. Nothing here fails: the consuming step raises."""
-        specs, names, unchecked, owner = self._specs, self._element_names, self._unchecked, self.name
+        specs, names, unchecked, owner = self._require_setup(), self._element_names, self._unchecked, self.name
 
-        def flag(*element):
-            element = element[0] if len(element) == 1 else element
+        def flag(*components):
+            element: Any = components[0] if len(components) == 1 else components
             parts = [element[n] for n in names] if names is not None else tf.nest.flatten(element)
             if not unchecked:
                 return element, tf.constant(True), tf.constant("")
@@ -214,12 +219,12 @@ class TFDatasetInput(FeedfreeInput):
             packed = dict(zip(names, parts)) if names is not None else tf.nest.pack_sequence_as(element, parts)
             return packed, ok, problem
 
-        real = self._dataset.map(flag)
+        real = self._require_dataset().map(flag)
         filler = tf.nest.map_structure(_filler, real.element_spec[0])
         return real.concatenate(tf.data.Dataset.from_tensors((filler, False, "")).repeat())
 
     def _new_iterator(self, flagged: bool) -> Any:
-        dataset = self._flagged_reads() if flagged else self._with_shape_checks(self._dataset)
+        dataset = self._flagged_reads() if flagged else self._with_shape_checks(self._require_dataset())
         self._iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
         self._iterator_flagged = flagged
         return self._iterator
@@ -235,7 +240,7 @@ class TFDatasetInput(FeedfreeInput):
             outputs = [element[n] for n in self._element_names]
         else:
             outputs = tf.nest.flatten(element)
-        for tensor, spec in zip(outputs, self._specs):
+        for tensor, spec in zip(outputs, self._require_setup()):
             tensor.set_shape(spec.shape)
         return Tower(outputs, consume_op=outputs[0].op, stat_tensors={"wait": wait}, real=real, problem=problem)
 
@@ -282,7 +287,8 @@ def _dataflow_dataset(df: Any, types: Union[Sequence[TypeSpec], Dict[str, TypeSp
     if isinstance(types, dict):
         names = list(types)
         entries = [types[n] for n in names]
-        shape_list = None if shapes is None else [shapes[n] for n in names]
+        # dict types go with dict shapes
+        shape_list = None if shapes is None else [cast(Dict[str, Any], shapes)[n] for n in names]
     elif isinstance(types, (list, tuple)):
         names = ["component{}".format(i) for i in range(len(types))]
         entries = list(types)
@@ -303,6 +309,7 @@ def _dataflow_dataset(df: Any, types: Union[Sequence[TypeSpec], Dict[str, TypeSp
     convert = DatapointConverter(specs, owner)
     df.reset_state()
 
+    signature: Union[Dict[str, tf.TensorSpec], Tuple[tf.TensorSpec, ...]]
     if isinstance(types, dict):
         signature = {s.name: tf.TensorSpec(s.shape, s.dtype) for s in specs}
 

@@ -7,7 +7,7 @@ Example::
     source.setup(specs)
     x, y = source.get_input_tensors()
 """
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Generator, List, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -79,7 +79,7 @@ class FeedInput(InputSource):
         self._track_state = track_state is not False
         self._session = None
         self._resumed = False         # the next iteration continues from a restored state
-        self._iterator = None
+        self._iterator: Optional[Generator[Any, None, None]] = None
         self._claimed_feed: Optional[Dict[tf.Tensor, Any]] = None
         self._claims_ended = False    # a claim met the end: stays ended until reset_state()
         self._reset_done = False

@@ -139,35 +139,43 @@ class QueueInput(FeedfreeInput):
                                   for s, shape in zip(specs, shapes)]
             if self.queue is None:
                 self.queue = self._make_queue(specs)
-            self._tagged = len(self.queue.dtypes) == len(specs) + 1
+            queue = self.queue
+            self._tagged = len(queue.dtypes) == len(specs) + 1
             if self._tagged:
                 self._placeholders.append(tf.compat.v1.placeholder(tf.int64, [], name="position"))
             elif self._track_state:
                 self._position.disable("{}: the queue given has no int64 position component after the signature's "
                                        "dtypes".format(self.name))
             self._check_queue(specs, shapes)
-            self._enqueue_op = self.queue.enqueue(self._placeholders, name="enqueue")
-            self._realign = RealigningEnqueue(self.queue, self._placeholders)
-            self._close_op = self.queue.close(cancel_pending_enqueues=False, name="close")
-            self._cancel_op = self.queue.close(cancel_pending_enqueues=True, name="close_and_cancel")
-            self._size_op = self.queue.size(name="size")
+            self._enqueue_op = queue.enqueue(self._placeholders, name="enqueue")
+            self._realign = RealigningEnqueue(queue, self._placeholders)
+            self._close_op = queue.close(cancel_pending_enqueues=False, name="close")
+            self._cancel_op = queue.close(cancel_pending_enqueues=True, name="close_and_cancel")
+            self._size_op = queue.size(name="size")
             self._position.build(self._queue_capacity() + 2 * self._claim_unit() + 2)
             self._position.batches(self._claim_unit(), partial_last=not self.infinite)
         self._position.report()
 
+    def _require_queue(self) -> tf.queue.QueueBase:
+        """The queue: given, or made by ``setup()``."""
+        if self.queue is None:
+            raise RuntimeError("{}: call setup(input_signature) first".format(self.name))
+        return self.queue
+
     def _check_queue(self, specs: List[tf.TensorSpec], shapes: List[tf.TensorShape]) -> None:
-        if getattr(self.queue.queue_ref, "graph", None) is not tf.compat.v1.get_default_graph():
+        queue = self._require_queue()
+        if getattr(queue.queue_ref, "graph", None) is not tf.compat.v1.get_default_graph():
             raise InputSourceError("{}: the queue was created outside the graph being built (eagerly or in "
                                    "another tf.Graph); create it inside `with graph.as_default():`".format(self.name))
-        dtypes = list(self.queue.dtypes)
+        dtypes = list(queue.dtypes)
         wanted = [s.dtype for s in specs] + ([tf.int64] if self._tagged else [])
         if dtypes != wanted:
             raise InputSourceError("{}: the queue holds dtypes {}, but the input signature {} needs {} (optionally "
                                    "followed by int64, the position)".format(
                                        self.name, [d.name for d in dtypes], [s.name for s in specs],
                                        [s.dtype.name for s in specs]))
-        if self.queue.shapes is not None:
-            for spec, want, have in zip(specs, shapes, self.queue.shapes):
+        if queue.shapes is not None:
+            for spec, want, have in zip(specs, shapes, queue.shapes):
                 if not want.is_compatible_with(have):
                     raise InputSourceError("{}: the queue's shape for {!r} is {}, the signature needs {}".format(
                         self.name, spec.name, have, want))
@@ -175,18 +183,18 @@ class QueueInput(FeedfreeInput):
     def _queue_capacity(self) -> int:
         """Datapoints the queue holds at most (its ``capacity`` attribute; unbounded: 10000)."""
         try:
-            capacity = int(self.queue.queue_ref.op.get_attr("capacity"))
+            capacity = int(self._require_queue().queue_ref.op.get_attr("capacity"))
         except (ValueError, AttributeError):
             capacity = -1
         return capacity if capacity > 0 else 10000
 
     def _dequeue(self) -> List[tf.Tensor]:
-        return tf.nest.flatten(self.queue.dequeue(name="dequeue"))
+        return tf.nest.flatten(self._require_queue().dequeue(name="dequeue"))
 
     def _build_tower(self) -> Tower:
         outputs, wait = timed_input(self._dequeue)
         seq = outputs.pop() if self._tagged else None
-        for tensor, spec in zip(outputs, self._specs):
+        for tensor, spec in zip(outputs, self._require_setup()):
             tensor.set_shape(spec.shape)
         consume_op = outputs[0].op
         if seq is not None and not self._staged_reads and self._position.enabled:
@@ -273,7 +281,7 @@ class QueueInput(FeedfreeInput):
         TF shares and whose others it copies while holding the GIL, or, when a large unaligned
         array is part of it, the op that has TF copy it in parallel (see realign.py)."""
         seq = self._position.tag()
-        arrays = self._convert(datapoint)
+        arrays: List[Any] = self._convert(datapoint)      # the arrays, then (tagged) the position
         if self._tagged:
             arrays.append(np.int64(seq))
         if self._realign.needed(arrays):
@@ -323,7 +331,9 @@ class QueueInput(FeedfreeInput):
             return
         thread.stop()
         try:
-            (session or self._session).run(self._cancel_op, options=tf.compat.v1.RunOptions(timeout_in_ms=1000))
+            running = session or self._session
+            if running is not None:     # (no session at all: nothing to cancel)
+                running.run(self._cancel_op, options=tf.compat.v1.RunOptions(timeout_in_ms=1000))
         except Exception:  # session already closed: its queues are gone too
             pass
         self._session = None
@@ -383,7 +393,8 @@ class BatchQueueInput(QueueInput):
 
     def _check_queue(self, specs: List[tf.TensorSpec], shapes: List[tf.TensorShape]) -> None:
         super()._check_queue(specs, shapes)
-        if self.queue.shapes is None or not all(tf.TensorShape(s).is_fully_defined() for s in self.queue.shapes):
+        queue = self._require_queue()
+        if queue.shapes is None or not all(tf.TensorShape(s).is_fully_defined() for s in queue.shapes):
             raise InputSourceError("{}: the queue must be created with fully defined shapes (one datapoint "
                                    "each) so that batches can be dequeued".format(self.name))
 
@@ -395,5 +406,5 @@ class BatchQueueInput(QueueInput):
 
     def _dequeue(self) -> List[tf.Tensor]:
         if self.infinite:
-            return tf.nest.flatten(self.queue.dequeue_many(self.batch_size, name="dequeue"))
-        return tf.nest.flatten(self.queue.dequeue_up_to(self.batch_size, name="dequeue"))
+            return tf.nest.flatten(self._require_queue().dequeue_many(self.batch_size, name="dequeue"))
+        return tf.nest.flatten(self._require_queue().dequeue_up_to(self.batch_size, name="dequeue"))

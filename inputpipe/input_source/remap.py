@@ -99,7 +99,8 @@ class RemappedInput(InputSource):
 
     def _build_tower(self) -> Tower:
         provided = dict(zip(self._names, self._input.get_input_tensors()))
-        tensors = [provided[s.name] if s.name in provided else self._placeholders[s.name] for s in self._specs]
+        tensors = [provided[s.name] if s.name in provided else self._placeholders[s.name]
+                   for s in self._require_setup()]
         return Tower(tensors, consume_op=None)
 
 

@@ -10,7 +10,7 @@
 staging area, feed, record statistics). Leaving the block stops and closes the sources (also on
 an exception); a background failure of a source is raised as :class:`InputSourceError`.
 """
-from typing import Any, List, Optional, Union
+from typing import Any, List, Literal, Optional, Union
 
 import tensorflow as tf
 
@@ -101,7 +101,7 @@ class HookedSession:
         for source in self.sources:
             source.raise_if_failed()
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self._shutdown(failed=exc_type is not None)
         return False
 

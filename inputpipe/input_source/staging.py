@@ -105,8 +105,8 @@ class StagingInput(FeedfreeInput):
         self._real_at: List[Optional[int]] = []       # per tower: index of Tower.real in its run_ops
         self._problem_at: List[bool] = []             # per tower: Tower.problem follows Tower.real
         self._ended = False                           # a filler came: the wrapped source has ended
-        # (tower, restaged?, index of its `real` value in the step's run results) of the running step
-        self._planned: List[Tuple[int, bool, Optional[int]]] = []
+        # (tower, restaged?, index of its `real` value, index of its first fetch) in the running step's results
+        self._planned: List[Tuple[int, bool, Optional[int], int]] = []
 
     def reset_state(self) -> None:
         self._input.reset_state()
@@ -228,8 +228,10 @@ class StagingInput(FeedfreeInput):
             tower = self._towers[index]
             while self._staged[index] < self.nr_stage and self._claim():
                 feeds = tower.feed_fn() if tower.feed_fn is not None else None
+                session = self._session
+                assert session is not None      # batches are staged only while the session runs
                 try:
-                    results = self._session.run(tower.run_ops, feed_dict=feeds)
+                    results = session.run(tower.run_ops, feed_dict=feeds)
                 except tf.errors.OpError:
                     self.raise_if_failed()
                     raise
@@ -271,7 +273,8 @@ class StagingInput(FeedfreeInput):
         for i in indices:
             tower = self._towers[i]
             restage = self._claim()
-            real_at = None if self._real_at[i] is None else offset + self._real_at[i]
+            tower_real_at = self._real_at[i]
+            real_at = None if tower_real_at is None else offset + tower_real_at
             with_restage, without = self._step_ops[i]
             if restage:
                 plans.append((with_restage, tower.stat_tensors, tower.feed_fn))

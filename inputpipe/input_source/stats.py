@@ -285,5 +285,5 @@ class InputStats:
             self._summaries.append(tf.compat.v1.summary.scalar("input_source/{}/{}".format(scope, stat), value))
         return list(self._summaries)
 
-    def _latest_array(self, stat: str) -> np.ndarray:
+    def _latest_array(self, stat: str) -> np.float32:
         return np.float32(self.latest(stat))

@@ -57,12 +57,13 @@ class TensorInput(FeedfreeInput):
         return tf.nest.flatten(self.get_tensor_fn())
 
     def _build_tower(self) -> Tower:
+        specs = self._require_setup()
         values = self._make_tensors()
-        if len(values) != len(self._specs):
+        if len(values) != len(specs):
             raise InputSourceError("{}: got {} tensors, the input signature has {} ({})".format(
-                self.name, len(values), len(self._specs), ", ".join(s.name for s in self._specs)))
-        tensors = [_as_input_tensor(v, "{}_read".format(s.name)) for v, s in zip(values, self._specs)]
-        for tensor, spec in zip(tensors, self._specs):
+                self.name, len(values), len(specs), ", ".join(s.name for s in specs)))
+        tensors = [_as_input_tensor(v, "{}_read".format(s.name)) for v, s in zip(values, specs)]
+        for tensor, spec in zip(tensors, specs):
             if tensor.dtype != spec.dtype or not tensor.shape.is_compatible_with(spec.shape):
                 raise InputSourceError("{}: tensor for {!r}: expected dtype {} and shape {}, got dtype {} and "
                                        "shape {}".format(self.name, spec.name, spec.dtype.name, spec.shape,
@@ -89,7 +90,8 @@ class DummyConstantInput(TensorInput):
                 raise ValueError("DummyConstantInput: every shape must be fully defined, got {}".format(shape))
 
     def _zeros(self) -> List[tf.Tensor]:
-        if len(self.shapes) != len(self._specs):
+        specs = self._require_setup()
+        if len(self.shapes) != len(specs):
             raise InputSourceError("{}: {} shapes given, the input signature has {} entries".format(
-                self.name, len(self.shapes), len(self._specs)))
-        return [tf.zeros(shape, spec.dtype, name=spec.name) for shape, spec in zip(self.shapes, self._specs)]
+                self.name, len(self.shapes), len(specs)))
+        return [tf.zeros(shape, spec.dtype, name=spec.name) for shape, spec in zip(self.shapes, specs)]
