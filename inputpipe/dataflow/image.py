@@ -17,7 +17,7 @@ Example::
 import contextlib
 import copy as copy_module
 import os
-from typing import Any, ContextManager, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -101,39 +101,47 @@ class _FailurePolicy:
                            type(err).__name__, err, exc_info=True)
 
 
-class _DatapointSeeds:
-    """Per-datapoint seeds of an augmenting flow: datapoint ``n`` (counted from ``reset_state()``) is
-    augmented inside ``datapoint_context(derive_seed(base seed, n))``, so the augmentors' random
-    draws are a function of the flow's state; inside a parallel map's context (which already seeds
-    the datapoint) nothing is added."""
+class _SeededAugmentation:
+    """What the augmenting flows share: datapoint ``n`` (counted from ``reset_state()``) is augmented
+    inside ``datapoint_context(derive_seed(base seed, n))`` by ``_augment_one``, so the augmentors'
+    random draws are a function of the flow's state; inside a parallel map's context (which already
+    seeds the datapoint) nothing is added. Mixed in before ``MapData``; subclasses set ``augs``."""
 
-    def __init__(self) -> None:
-        self.base_seed: Optional[int] = None
-        self.count = 0
+    ds: DataFlow
+    augs: Any
+    _base_seed: Optional[int] = None
+    _count = 0
 
-    def reset(self, owner: object) -> None:
-        self.base_seed, self.count = int(new_rng(owner).randint(0, 2 ** 32, dtype=np.int64)), 0
+    def reset_state(self) -> None:
+        self.ds.reset_state()
+        self.augs.reset_state()
+        self._base_seed, self._count = int(new_rng(self).randint(0, 2 ** 32, dtype=np.int64)), 0
 
-    def context(self, owner: object) -> ContextManager[Any]:
-        if self.base_seed is None:
+    def get_state(self) -> Dict[str, Any]:
+        """``{"type", "input", "seed", "count"}``."""
+        return {"type": type(self).__name__, "input": self.ds.get_state(), "seed": self._base_seed,
+                "count": self._count}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = check_state(self, state, {"input": dict, "seed": int, "count": int})
+        self.ds.set_state(state["input"])
+        self._base_seed, self._count = state["seed"], state["count"]
+
+    def _augment(self, value: Any) -> Any:
+        if self._base_seed is None:
             raise RuntimeError("{} has no RNG yet: call reset_state() once before iterating it".format(
-                type(owner).__name__))
-        number, self.count = self.count, self.count + 1
-        if datapoint_seed() is not None:
-            return contextlib.nullcontext()
-        return datapoint_context(derive_seed(self.base_seed, number))
+                type(self).__name__))
+        number, self._count = self._count, self._count + 1
+        context = contextlib.nullcontext() if datapoint_seed() is not None else datapoint_context(
+            derive_seed(self._base_seed, number))
+        with context:
+            return self._augment_one(value)
 
-    def state(self, owner: Any) -> Dict[str, Any]:
-        return {"type": type(owner).__name__, "input": owner.ds.get_state(), "seed": self.base_seed,
-                "count": self.count}
-
-    def restore(self, owner: Any, state: Dict[str, Any]) -> None:
-        state = check_state(owner, state, {"input": dict, "seed": int, "count": int})
-        owner.ds.set_state(state["input"])
-        self.base_seed, self.count = state["seed"], state["count"]
+    def _augment_one(self, value: Any) -> Any:
+        raise NotImplementedError
 
 
-class AugmentImageComponent(MapDataComponent):
+class AugmentImageComponent(_SeededAugmentation, MapDataComponent):
     """Augment one image component (``index``: list index or dict key) of every datapoint.
 
     ``augmentors`` is a list of :class:`~inputpipe.dataflow.imgaug.ImageAugmentor` (wrapped in an
@@ -164,24 +172,7 @@ class AugmentImageComponent(MapDataComponent):
         self.augs = _augmentor_list(augmentors)
         self._copy = copy
         self._failures = _FailurePolicy(type(self).__name__, catch_exceptions)
-        self._seeds = _DatapointSeeds()
         super().__init__(ds, self._augment, index)
-
-    def reset_state(self) -> None:
-        self.ds.reset_state()
-        self.augs.reset_state()
-        self._seeds.reset(self)
-
-    def get_state(self) -> Dict[str, Any]:
-        """``{"type", "input", "seed", "count"}``."""
-        return self._seeds.state(self)
-
-    def set_state(self, state: Dict[str, Any]) -> None:
-        self._seeds.restore(self, state)
-
-    def _augment(self, image: Any) -> Any:
-        with self._seeds.context(self):
-            return self._augment_one(image)
 
     def _augment_one(self, image: Any) -> Any:
         _check_image(type(self).__name__, self._index, image)
@@ -194,7 +185,7 @@ class AugmentImageComponent(MapDataComponent):
             return None
 
 
-class AugmentImageCoordinates(MapData):
+class AugmentImageCoordinates(_SeededAugmentation, MapData):
     """Augment an image and an array of coordinates of every datapoint with the same transform.
 
     The coordinates (component ``coords_index``) must be a floating point array of shape (N, 2)
@@ -227,24 +218,7 @@ class AugmentImageCoordinates(MapData):
         self._coords_index = coords_index
         self._copy = copy
         self._failures = _FailurePolicy(type(self).__name__, catch_exceptions)
-        self._seeds = _DatapointSeeds()
         super().__init__(ds, self._augment)
-
-    def reset_state(self) -> None:
-        self.ds.reset_state()
-        self.augs.reset_state()
-        self._seeds.reset(self)
-
-    def get_state(self) -> Dict[str, Any]:
-        """``{"type", "input", "seed", "count"}``."""
-        return self._seeds.state(self)
-
-    def set_state(self, state: Dict[str, Any]) -> None:
-        self._seeds.restore(self, state)
-
-    def _augment(self, dp: Any) -> Any:
-        with self._seeds.context(self):
-            return self._augment_one(dp)
 
     def _augment_one(self, dp: Any) -> Any:
         owner = type(self).__name__
@@ -264,7 +238,7 @@ class AugmentImageCoordinates(MapData):
             return None
 
 
-class AugmentImageComponents(MapData):
+class AugmentImageComponents(_SeededAugmentation, MapData):
     """Augment several image components and coordinate components with one shared transform.
 
     The transform is drawn from the first image in ``index`` and applied to every image in
@@ -300,24 +274,7 @@ class AugmentImageComponents(MapData):
                              "got {!r}".format(index))
         self._copy = copy
         self._failures = _FailurePolicy(type(self).__name__, catch_exceptions)
-        self._seeds = _DatapointSeeds()
         super().__init__(ds, self._augment)
-
-    def reset_state(self) -> None:
-        self.ds.reset_state()
-        self.augs.reset_state()
-        self._seeds.reset(self)
-
-    def get_state(self) -> Dict[str, Any]:
-        """``{"type", "input", "seed", "count"}``."""
-        return self._seeds.state(self)
-
-    def set_state(self, state: Dict[str, Any]) -> None:
-        self._seeds.restore(self, state)
-
-    def _augment(self, dp: Any) -> Any:
-        with self._seeds.context(self):
-            return self._augment_one(dp)
 
     def _augment_one(self, dp: Any) -> Any:
         owner = type(self).__name__
