@@ -126,7 +126,11 @@ def get_state_us(pipeline: str, calls: int) -> float:
         it = iter(df)
         total = 0.0
         for _ in range(calls):
-            next(it)
+            try:
+                next(it)
+            except StopIteration:           # a finite pipeline: the next epoch
+                it = iter(df)
+                next(it)
             t0 = time.perf_counter()
             df.get_state()
             total += time.perf_counter() - t0
