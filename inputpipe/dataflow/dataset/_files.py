@@ -68,6 +68,23 @@ class RemoteFile(NamedTuple):
         return tuple(base + self.name for base in self.base_urls)
 
 
+def read_color_image(component: str, path: str) -> np.ndarray:
+    """The image file at ``path`` as OpenCV reads it in colour (HxWx3 uint8, BGR); an OSError naming
+    ``component`` and the file when it cannot be read.
+
+    Example::
+
+        image = read_color_image("ILSVRC12", "train/n01440764/n01440764_10026.JPEG")
+    """
+    from ..imgaug._cv2 import import_cv2
+
+    cv2 = import_cv2(component)
+    image = cv2.imread(path, cv2.IMREAD_COLOR)
+    if image is None:
+        raise OSError("{}: cannot read the image file {}".format(component, path))
+    return image
+
+
 def get_dataset_path(*names: str) -> str:
     """The default directory of a dataset: ``$INPUTPIPE_DATASET``, else ``$TENSORPACK_DATASET``
     (so data that tensorpack downloaded is found), else ``~/tensorpack_data``, joined with

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._helpers import IndexedSource
 from ..imgaug._cv2 import import_cv2
-from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, load_mat
+from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, load_mat, read_color_image
 
 __all__ = ["BSDS500"]
 
@@ -60,15 +60,13 @@ class BSDS500(IndexedSource):
 
     def _load(self, name: str) -> None:
         component = type(self).__name__
-        cv2 = import_cv2(component)
+        import_cv2(component)   # fail before reading anything when OpenCV is missing
         image_files = sorted(glob.glob(os.path.join(self.data_root, "images", name, "*.jpg")))
         gt_dir = os.path.join(self.data_root, "groundTruth", name)
         self.data = np.zeros((len(image_files), IMG_H, IMG_W, 3), dtype="uint8")
         self.label = np.zeros((len(image_files), IMG_H, IMG_W), dtype="float32")
         for idx, fname in enumerate(image_files):
-            image = cv2.imread(fname, cv2.IMREAD_COLOR)
-            if image is None:
-                raise OSError("{}: cannot read the image file {}".format(component, fname))
+            image = read_color_image(component, fname)
             if image.shape[0] > image.shape[1]:
                 image = np.transpose(image, (1, 0, 2))
             if image.shape[:2] != (IMG_H, IMG_W):

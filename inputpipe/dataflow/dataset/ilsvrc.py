@@ -18,7 +18,7 @@ import numpy as np
 from ...utils.logger import get_logger
 from .._helpers import IndexedSource
 from ..imgaug._cv2 import import_cv2
-from ._files import RemoteFile, extract_tar, fetch, get_dataset_path
+from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, read_color_image
 
 __all__ = ["ILSVRCMeta", "ILSVRC12", "ILSVRC12Files", "TinyImageNet"]
 
@@ -241,12 +241,8 @@ class ILSVRC12(ILSVRC12Files):
         super().__init__(dir, name, meta_dir, shuffle, dir_structure)
 
     def _datapoint(self, k: int) -> List[Any]:
-        cv2 = import_cv2(type(self).__name__)
         fname, label = super()._datapoint(k)
-        image = cv2.imread(fname, cv2.IMREAD_COLOR)
-        if image is None:
-            raise OSError("{}: cannot read the image file {}".format(type(self).__name__, fname))
-        return [image, label]
+        return [read_color_image(type(self).__name__, fname), label]
 
     @staticmethod
     def get_training_bbox(bbox_dir: str, imglist: Sequence[Tuple[str, int]]) -> List[Optional[np.ndarray]]:
@@ -310,9 +306,5 @@ class TinyImageNet(IndexedSource):
         return len(self.imglist)
 
     def _datapoint(self, k: int) -> List[Any]:
-        cv2 = import_cv2(type(self).__name__)
         fname, label = self.imglist[k]
-        image = cv2.imread(fname, cv2.IMREAD_COLOR)
-        if image is None:
-            raise OSError("{}: cannot read the image file {}".format(type(self).__name__, fname))
-        return [image, label]
+        return [read_color_image(type(self).__name__, fname), label]

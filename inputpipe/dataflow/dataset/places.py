@@ -14,6 +14,7 @@ from typing import Any, List, Optional
 from ...utils.logger import get_logger
 from .._helpers import IndexedSource
 from ..imgaug._cv2 import import_cv2
+from ._files import read_color_image
 
 __all__ = ["Places365Standard"]
 
@@ -70,9 +71,5 @@ class Places365Standard(IndexedSource):
         return len(self._files)
 
     def _datapoint(self, k: int) -> List[Any]:
-        cv2 = import_cv2(type(self).__name__)
         fname, label = self._files[k]
-        image = cv2.imread(fname, cv2.IMREAD_COLOR)
-        if image is None:
-            raise OSError("{}: cannot read the image file {}".format(type(self).__name__, fname))
-        return [image, label]
+        return [read_color_image(type(self).__name__, fname), label]
