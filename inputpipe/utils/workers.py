@@ -45,6 +45,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Set, Tuple
 
 from . import seeding
+from .allocator import tune_worker_allocator
 from .concurrency import POLL_INTERVAL, StoppableThread
 from .errors import WorkerError, worker_error_class
 from .logger import get_logger
@@ -127,6 +128,7 @@ def _worker_main(target: Callable, rank: int, args: Sequence[Any], parent_pid: i
         os._exit(1)
     _ParentWatchdog(parent_pid).start()
     seeding.enter_worker(rank, global_seed)
+    tune_worker_allocator()
     target(rank, *args)
 
 
