@@ -34,7 +34,9 @@ class PageFaultsOfAugmentation(DataFlow):
 
 
 def _faults_in_a_worker():
-    df = MultiProcessRunnerZMQ(PageFaultsOfAugmentation(), num_proc=1)
+    # spawn: a fresh interpreter, whose allocator starts from glibc's defaults (a forked worker
+    # inherits whatever thresholds the test process's own allocations have moved glibc to)
+    df = MultiProcessRunnerZMQ(PageFaultsOfAugmentation(), num_proc=1, start_method="spawn")
     df.reset_state()
     with df:
         return float(next(iter(df))[0])
