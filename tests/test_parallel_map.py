@@ -10,23 +10,12 @@ import psutil
 import pytest
 
 from inputpipe.dataflow import (
-    BatchData, DataFlow, MultiProcessMapAndBatchData, MultiProcessMapData, MultiProcessMapDataZMQ, MultiThreadMapData,
+    BatchData, MultiProcessMapAndBatchData, MultiProcessMapData, MultiProcessMapDataZMQ, MultiThreadMapData,
     ThreadedMapData,
 )
 from inputpipe.dataflow.parallel_map import _ParallelMapBase
 from inputpipe.utils.errors import WorkerError
-
-
-class Indexed(DataFlow):
-    def __init__(self, n):
-        self.n = n
-
-    def __len__(self):
-        return self.n
-
-    def __iter__(self):
-        for i in range(self.n):
-            yield [i]
+from dataflow_helpers import Indexed
 
 
 def square_with_array(dp):

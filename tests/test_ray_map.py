@@ -14,21 +14,9 @@ import pytest
 
 ray = pytest.importorskip("ray", reason='Ray is an optional extra: pip install "inputpipe[ray]"')
 
-from inputpipe.dataflow import DataFlow  # noqa: E402
 from inputpipe.dataflow.ray import RayMapAndBatchData, RayMapData, RayShardedData, start_local_ray  # noqa: E402
 from inputpipe.utils.errors import WorkerError  # noqa: E402
-
-
-class Indexed(DataFlow):
-    def __init__(self, n):
-        self.n = n
-
-    def __len__(self):
-        return self.n
-
-    def __iter__(self):
-        for i in range(self.n):
-            yield [i]
+from dataflow_helpers import Indexed  # noqa: E402
 
 
 def square_with_array(dp):
