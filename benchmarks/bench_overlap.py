@@ -192,7 +192,19 @@ def measure_tensorpack(units, t_ms, warmup, steps, settle):
         return time_steps(sess.run, fetch, warmup, steps, settle), statistics.mean(made[warmup:])
 
 
+def measure_tensorpack_staging(units, t_ms, warmup, steps, settle):
+    made = []
+    graph = tf.Graph()
+    with graph.as_default():
+        source, (batch,), hook = tensorpack_peer.tensorpack_staging_tensors(CostlyBatches(units), SPECS)
+        fetch = accelerator_step(batch, t_ms, made)
+    with tf.compat.v1.Session(graph=graph) as sess, tensorpack_peer.run_tensorpack_staging(source, sess), \
+            hooked_session(sess, hook) as run:
+        return time_steps(run, fetch, warmup, steps, settle), statistics.mean(made[warmup:])
+
+
 TENSORPACK = "tensorpack 0.11 QueueInput (peer)"
+TENSORPACK_STAGING = "tensorpack 0.11 StagingInput(QueueInput) (peer)"
 METHODS = [
     ("FeedInput (D+T baseline)", lambda *a: measure_source(FeedInput, *a)),
     ("QueueInput", lambda *a: measure_source(QueueInput, *a)),
@@ -204,6 +216,7 @@ METHODS = [
         lambda df: StagingInput(QueueInput(df, in_worker=True), nr_stage=1, device="/cpu:0"), *a)),
     ("tf.data from_generator+prefetch (peer)", measure_tf_data),
     (TENSORPACK, measure_tensorpack),
+    (TENSORPACK_STAGING, measure_tensorpack_staging),
 ]
 
 
@@ -215,6 +228,7 @@ def measure_method(name, measure, units, d_ms, t_ms, args, settle, workload):
         t_now_ms.append(1e3 * step_alone(t_ms, args.warmup, args.steps))
         before = data_work(units)
         step, made = measure(units, t_ms, args.warmup, args.steps, settle)
+        time.sleep(2 * d_ms / 1e3)     # a feeding thread may still finish the batch it was making
         d_now_ms.append(1e3 * (before + data_work(units)) / 2)
         step_ms.append(1e3 * step)
         d_made_ms.append(1e3 * made)
@@ -266,7 +280,7 @@ def main() -> None:
             # 50 batches) before timing: while it fills, its thread competes with the step for the GIL
             settle = QueueInput.default_capacity * d_ms / 1e3 if d_ms < t_ms and not args.quick else 0.0
             for name, measure in METHODS:
-                if name == TENSORPACK and tensorpack_missing:
+                if name in (TENSORPACK, TENSORPACK_STAGING) and tensorpack_missing:
                     records.append({"workload": workload, "method": name, "D_ms": d_ms, "T_ms": t_ms,
                                     "step_ms": None, "not_measured": tensorpack_missing})
                     rows.append([workload, ratio, name] + ["n/a"] * 7)

@@ -19,7 +19,8 @@ from typing import List, Optional
 
 import tensorflow as tf
 
-__all__ = ["unavailable_reason", "tensorpack_queue_tensors", "run_tensorpack_queue"]
+__all__ = ["unavailable_reason", "tensorpack_queue_tensors", "run_tensorpack_queue", "tensorpack_staging_tensors",
+           "run_tensorpack_staging"]
 
 
 def unavailable_reason() -> Optional[str]:
@@ -81,3 +82,25 @@ def run_tensorpack_queue(source, sess: tf.compat.v1.Session):
             sess.run(source.thread.close_op)
         finally:
             source.thread.join(5)
+
+
+def tensorpack_staging_tensors(df, specs: List[tf.TensorSpec], device: str = "/cpu:0"):
+    """Set up tensorpack's ``StagingInput(QueueInput(df), nr_stage=1, device=device)`` in the
+    default graph; returns ``(source, tensors, hook)``: ``hook`` is tensorpack's staging callback
+    as a ``SessionRunHook`` (it prefills on the first step, then stages in every consuming step)."""
+    from tensorpack.callbacks.hooks import CallbackToHook
+    from tensorpack.input_source import QueueInput, StagingInput
+    from tensorpack.tfutils.tower import TowerContext
+
+    source = StagingInput(QueueInput(_as_tensorpack_dataflow(df)), nr_stage=1, device=device)
+    source.setup(specs)
+    with TowerContext("", is_training=True):
+        tensors = source.get_input_tensors()
+    staging = [cb for cb in source.get_callbacks() if isinstance(cb, StagingInput.StagingCallback)]
+    staging[0].setup_graph(None)           # its _setup_graph needs no trainer
+    return source, tensors, CallbackToHook(staging[0])
+
+
+def run_tensorpack_staging(source, sess: tf.compat.v1.Session):
+    """Like :func:`run_tensorpack_queue` for the queue under a tensorpack ``StagingInput``."""
+    return run_tensorpack_queue(source._input, sess)

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from ..utils.concurrency import StoppableThread
 from ..utils.logger import get_logger
+from ..utils.switch_interval import shortened_switch_interval
 
 __all__ = ["EnqueueThread", "ENQUEUE_TIMEOUT_MS"]
 
@@ -55,12 +56,17 @@ class EnqueueThread(StoppableThread):
     datapoints); ``feed_cpu`` adds the thread's CPU time converting and enqueueing them.
     ``delivered`` counts the datapoints the iterator gave. They are updated without a lock (one
     writer) and read as a :meth:`sample`.
+
+    ``switch_interval`` (seconds, or None): while the thread runs, the interpreter's GIL switch
+    interval is at most this (see :mod:`inputpipe.utils.switch_interval`), so a DataFlow that
+    holds the GIL here delays the training thread by that much at a time instead of 5 ms.
     """
 
     def __init__(self, owner: str, session: tf.compat.v1.Session, coord: Any,
                  make_datapoints: Callable[[Callable[[], bool]], Iterator[Any]],
                  make_enqueue: Callable[[Any], Tuple[tf.Operation, Dict[Any, Any]]],
-                 close_op: tf.Operation, cancel_op: tf.Operation, on_failure: Callable[[BaseException], None]):
+                 close_op: tf.Operation, cancel_op: tf.Operation, on_failure: Callable[[BaseException], None],
+                 switch_interval: Optional[float] = None):
         super().__init__(name="{}-EnqueueThread".format(owner))
         self.owner = owner
         self.session = session
@@ -79,11 +85,16 @@ class EnqueueThread(StoppableThread):
         self.finished = False
         self.progress = threading.Condition()
         self._options = tf.compat.v1.RunOptions(timeout_in_ms=ENQUEUE_TIMEOUT_MS)
+        self.switch_interval = switch_interval
 
     def should_stop(self) -> bool:
         return self.stopped() or (self.coord is not None and self.coord.should_stop())
 
     def run(self) -> None:
+        with shortened_switch_interval(self.switch_interval):
+            self._feed()
+
+    def _feed(self) -> None:
         close = self.cancel_op
         try:
             self.datapoints = self.make_datapoints(self.should_stop)

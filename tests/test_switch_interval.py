@@ -1,0 +1,146 @@
+"""The GIL switch interval while a DataFlow runs in the training process: shortened for as long
+as a feeding thread runs, restored after, left alone when the DataFlow runs in a worker or when
+someone else set it meanwhile; and what it is for: the training thread gets the GIL back from a
+DataFlow that holds it within about the interval."""
+import statistics
+import sys
+import threading
+import time
+
+import pytest
+import tensorflow as tf
+
+from inputpipe.input_source import BatchQueueInput, QueueInput, StagingInput, hooked_session
+from inputpipe.utils.switch_interval import shortened_switch_interval
+
+from input_source_helpers import BATCH_SPECS, SPECS, Counting, build, feeding_threads
+from test_input_source_gil import BurningCounting
+
+
+@pytest.fixture(autouse=True)
+def python_default_interval():
+    """Every test starts from Python's 5 ms and must leave what it found."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    yield
+    assert sys.getswitchinterval() == 0.005, "a test left the switch interval changed"
+    sys.setswitchinterval(before)
+
+
+def test_shortened_inside_and_restored_after():
+    with shortened_switch_interval(0.001):
+        assert sys.getswitchinterval() == 0.001
+    assert sys.getswitchinterval() == 0.005
+
+
+def test_none_leaves_it_alone():
+    with shortened_switch_interval(None):
+        assert sys.getswitchinterval() == 0.005
+
+
+def test_never_raised_above_the_value_before():
+    sys.setswitchinterval(0.0005)
+    with shortened_switch_interval(0.001):
+        assert sys.getswitchinterval() == 0.0005
+    assert sys.getswitchinterval() == 0.0005
+    sys.setswitchinterval(0.005)
+
+
+def test_holders_combine_and_the_last_one_restores():
+    with shortened_switch_interval(0.002):
+        assert sys.getswitchinterval() == 0.002
+        with shortened_switch_interval(0.001):
+            assert sys.getswitchinterval() == 0.001
+        assert sys.getswitchinterval() == 0.002          # the smallest request still held
+    assert sys.getswitchinterval() == 0.005
+
+
+def test_holders_in_threads_overlapping_in_any_order():
+    first_in, second_in, first_may_leave = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with shortened_switch_interval(0.001):
+            first_in.set()
+            first_may_leave.wait(10)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert first_in.wait(10)
+    with shortened_switch_interval(0.002):
+        second_in.set()
+        assert sys.getswitchinterval() == 0.001
+        first_may_leave.set()
+        thread.join(10)
+        assert not thread.is_alive()
+        assert sys.getswitchinterval() == 0.002           # the first left: the second's request
+    assert sys.getswitchinterval() == 0.005
+
+
+def test_a_value_set_by_someone_else_meanwhile_stays():
+    with shortened_switch_interval(0.001):
+        sys.setswitchinterval(0.003)                         # the application decides
+        with shortened_switch_interval(0.0005):
+            assert sys.getswitchinterval() == 0.003
+        assert sys.getswitchinterval() == 0.003
+    assert sys.getswitchinterval() == 0.003
+    sys.setswitchinterval(0.005)
+    with shortened_switch_interval(0.001):                   # a new first holder manages it again
+        assert sys.getswitchinterval() == 0.001
+    assert sys.getswitchinterval() == 0.005
+
+
+@pytest.mark.parametrize("seconds", [0, -0.001, float("nan")])
+def test_bad_values_are_refused(seconds):
+    with pytest.raises(ValueError, match="switch interval must be a positive number of seconds"):
+        with shortened_switch_interval(seconds):
+            pass
+    with pytest.raises(ValueError, match=r"QueueInput: gil_switch_interval must be a positive number of "
+                                         r"seconds or None, got"):
+        QueueInput(Counting(3), gil_switch_interval=seconds)
+
+
+def _interval_during_a_session(source, specs=SPECS):
+    graph, (x, label) = build(source, specs)
+    with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
+        run(label)
+        during = sys.getswitchinterval()
+    deadline = time.monotonic() + 5
+    while feeding_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not feeding_threads()
+    return during
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("make, specs, expected", [
+    (lambda: QueueInput(Counting()), SPECS, 0.001),
+    (lambda: StagingInput(QueueInput(Counting()), nr_stage=1, device="/cpu:0"), SPECS, 0.001),
+    (lambda: BatchQueueInput(Counting(), 4), BATCH_SPECS, 0.001),
+    (lambda: QueueInput(Counting(), gil_switch_interval=0.0002), SPECS, 0.0002),
+    (lambda: QueueInput(Counting(), gil_switch_interval=None), SPECS, 0.005),
+    (lambda: QueueInput(Counting(), in_worker=True), SPECS, 0.005),
+], ids=["QueueInput", "StagingInput", "BatchQueueInput", "chosen", "None", "in_worker"])
+def test_sources_shorten_it_while_the_dataflow_runs_in_the_training_process(make, specs, expected):
+    assert _interval_during_a_session(make(), specs) == pytest.approx(expected)
+    # the fixture checks it is back at 5 ms
+
+
+def _gil_reacquire_ms(gil_switch_interval):
+    """Median time the training thread takes to get the GIL back (after a ``time.sleep(0)``,
+    which lets it go) while the feeding thread runs a DataFlow that holds it throughout."""
+    source = QueueInput(BurningCounting(0.05), gil_switch_interval=gil_switch_interval)
+    graph, (x, label) = build(source)
+    samples = []
+    with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
+        run(label)                                  # the feeding thread is burning now
+        for _ in range(60):
+            start = time.perf_counter()
+            time.sleep(0)
+            samples.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(samples)
+
+
+@pytest.mark.timeout(60)
+def test_the_training_thread_gets_the_gil_back_within_about_the_interval():
+    assert _gil_reacquire_ms(0.001) < 3.0
+    assert _gil_reacquire_ms(None) >= 4.0       # Python's 5 ms: what the shortening saves each time
