@@ -6,7 +6,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from inputpipe.input_source import FeedInput, QueueInput, StagingInput, hooked_session
+from inputpipe.input_source import FeedInput, InputStats, QueueInput, StagingInput, hooked_session
 
 from input_source_helpers import Counting, build, feeding_threads
 
@@ -151,6 +151,36 @@ def test_no_input_bound_warning_when_data_is_ready(caplog):
     assert not [r for r in caplog.records if "input-bound" in r.getMessage()]
     assert source.stats.mean_queue_size > 10
     assert source.stats.stall_fraction < 0.2
+
+
+def _tiny_steps(stats, queue_sizes, delivered_per_step, wait=0.00011):
+    """60 steps of 0.5 ms, ``wait`` of each waiting for input; the DataFlow delivers
+    ``delivered_per_step`` datapoints per 0.1 ms of its wall time."""
+    for step, size in zip(range(60), queue_sizes):
+        delivered = delivered_per_step * (step + 1)
+        stats.record(wait, 0.0005, size, datapoints=1, feed=(delivered, 0.0, 1e-4 * (step + 1), 0.0))
+
+
+def test_a_wait_with_data_always_queued_is_not_called_input_bound(caplog):
+    stats = InputStats("QueueInput", warn_interval=0.0, warmup_steps=0)
+    with caplog.at_level(logging.WARNING, logger="inputpipe"):
+        _tiny_steps(stats, [40] * 60, delivered_per_step=10)
+    assert not [r for r in caplog.records if "input-bound" in r.getMessage()]
+    assert stats.limit() == ("not input-bound: 22% of step time waiting (with data always queued: the input's own "
+                             "work in the step); the DataFlow delivers 100,000 datapoints/s, the step consumes "
+                             "2,564/s")
+
+
+@pytest.mark.parametrize("queue_sizes, delivered_per_step", [
+    ([0, 1] * 30, 10),            # the queue ran empty at half of the steps
+    ([1] * 60, 0.1),              # never empty when measured, but the DataFlow delivers 1,000/s of the 2,564/s
+])
+def test_a_wait_for_missing_data_is_input_bound(queue_sizes, delivered_per_step, caplog):
+    stats = InputStats("QueueInput", warn_interval=0.0, warmup_steps=0)
+    with caplog.at_level(logging.WARNING, logger="inputpipe"):
+        _tiny_steps(stats, queue_sizes, delivered_per_step)
+    assert [r for r in caplog.records if "training is input-bound: 22% of step time waiting" in r.getMessage()]
+    assert stats.limit().startswith("input-bound: 22% of step time waiting; the DataFlow delivers ")
 
 
 def test_feed_input_wait_is_measured_in_python():

@@ -21,6 +21,7 @@ import tensorflow as tf
 from ..utils.concurrency import StoppableThread
 from ..utils.logger import get_logger
 from ..utils.switch_interval import shortened_switch_interval
+from .direct_run import DirectRunner
 
 __all__ = ["EnqueueThread", "ENQUEUE_TIMEOUT_MS"]
 
@@ -91,10 +92,14 @@ class EnqueueThread(StoppableThread):
         return self.stopped() or (self.coord is not None and self.coord.should_stop())
 
     def run(self) -> None:
-        with shortened_switch_interval(self.switch_interval):
-            self._feed()
+        runner = DirectRunner(self.session, self._options)
+        try:
+            with shortened_switch_interval(self.switch_interval):
+                self._feed(runner)
+        finally:
+            runner.close()
 
-    def _feed(self) -> None:
+    def _feed(self, runner: DirectRunner) -> None:
         close = self.cancel_op
         try:
             self.datapoints = self.make_datapoints(self.should_stop)
@@ -111,7 +116,7 @@ class EnqueueThread(StoppableThread):
                 self.delivered += 1
                 if self.should_stop():
                     return
-                enqueued = self._enqueue(*self.make_enqueue(datapoint))
+                enqueued = self._enqueue(runner, *self.make_enqueue(datapoint))
                 self.feed_cpu += thread_time() - got_cpu
                 if not enqueued:
                     return
@@ -152,10 +157,10 @@ class EnqueueThread(StoppableThread):
         logger.error("%s: feeding stopped: %s: %s", self.owner, type(err).__name__, err)
         self.on_failure(err)
 
-    def _enqueue(self, enqueue_op: tf.Operation, feed: Dict[Any, Any]) -> bool:
+    def _enqueue(self, runner: DirectRunner, enqueue_op: tf.Operation, feed: Dict[Any, Any]) -> bool:
         while True:
             try:
-                self.session.run(enqueue_op, feed_dict=feed, options=self._options)
+                runner.run(enqueue_op, feed)
                 return True
             except tf.errors.DeadlineExceededError:
                 if self.should_stop():

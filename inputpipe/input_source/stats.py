@@ -50,9 +50,11 @@ class _Limit:
     ``feed_steps`` steps apart."""
 
     def __init__(self, steps: int, wait: float, step_time: float, consumed: int,
-                 first: Optional[FeedSample], last: Optional[FeedSample], feed_steps: int):
+                 first: Optional[FeedSample], last: Optional[FeedSample], feed_steps: int,
+                 empty_fraction: Optional[float] = None):
         self.steps, self.wait, self.step_time, self.consumed = steps, wait, step_time, consumed
         self.feed_steps = feed_steps
+        self.empty_fraction = empty_fraction
         self.feed = None if first is None or last is None else [b - a for a, b in zip(first, last)]
 
     @property
@@ -74,10 +76,27 @@ class _Limit:
     def feed_cpu_per_step(self) -> Optional[float]:
         return None if self.feed is None or self.feed_steps <= 0 else self.feed[3] / self.feed_steps
 
+    @property
+    def data_was_missing(self) -> bool:
+        """Whether the steps waited for data that was not there yet: the DataFlow delivers fewer
+        datapoints per second than the steps consume, or the queue was empty at some steps. A
+        queue never empty while the DataFlow keeps up means the wait was the input's own work in
+        the step (its hooks and dequeue), not missing data. True when neither is known."""
+        delivered, consumed = self.delivered_per_s, self.consumed_per_s
+        if delivered is not None and consumed is not None and delivered < consumed:
+            return True
+        return self.empty_fraction is None or self.empty_fraction > 0
+
+    def input_bound(self, warn_fraction: float) -> bool:
+        fraction = self.wait / self.step_time if self.step_time > 0 else 0.0
+        return fraction > 0 and fraction >= warn_fraction and self.data_was_missing
+
     def describe(self, warn_fraction: float = 0.0) -> str:
         fraction = self.wait / self.step_time if self.step_time > 0 else 0.0
-        verdict = "input-bound" if fraction >= warn_fraction and fraction > 0 else "not input-bound"
+        verdict = "input-bound" if self.input_bound(warn_fraction) else "not input-bound"
         line = "{}: {:.0f}% of step time waiting".format(verdict, 100.0 * fraction)
+        if fraction > 0 and not self.data_was_missing:
+            line += " (with data always queued: the input's own work in the step)"
         delivered, consumed = self.delivered_per_s, self.consumed_per_s
         if delivered is not None and consumed is not None:
             line += "; the DataFlow delivers {} datapoints/s, the step consumes {}/s".format(
@@ -191,8 +210,10 @@ class InputStats:
             return
         steps, waited, spent = len(self.history), self._history_wait, self._history_time
         first, last = self.history[0].feed, self.history[-1].feed
-        limit = _Limit(steps, waited, spent, self._history_consumed, first, last, steps - 1)
-        input_bound = spent > 0 and waited / spent >= self.warn_fraction
+        sizes = [h.queue_size for h in self.history if h.queue_size is not None]
+        empty_fraction = sum(s == 0 for s in sizes) / len(sizes) if sizes else None
+        limit = _Limit(steps, waited, spent, self._history_consumed, first, last, steps - 1, empty_fraction)
+        input_bound = limit.input_bound(self.warn_fraction)
         gil = self._gil_advice(limit)
         if not input_bound and gil is None:
             return
@@ -200,9 +221,8 @@ class InputStats:
         if not input_bound:
             logger.warning("%s: %s", self.owner, gil)
             return
-        sizes = [h.queue_size for h in self.history if h.queue_size is not None]
-        empty = "" if not sizes else ", the queue was empty at {:.0f}% of them".format(
-            100.0 * sum(s == 0 for s in sizes) / len(sizes))
+        empty = "" if empty_fraction is None else ", the queue was empty at {:.0f}% of them".format(
+            100.0 * empty_fraction)
         advice = gil or "Make the DataFlow faster (e.g. run it in parallel) or prefetch more."
         logger.warning("%s: training is %s (over the last %d steps, %.1f ms per step%s). %s", self.owner,
                        limit.describe(), steps, 1e3 * waited / steps, empty, advice)
@@ -231,8 +251,9 @@ class InputStats:
         counted = max(self.steps - self.warmup_steps, 0)
         # the last counted step's feed sample against the last warm-up step's (or the first counted one's)
         feed_steps = counted if self.warmup_steps else counted - 1
+        empty_fraction = self.empty_steps / self.queue_size_steps if self.queue_size_steps else None
         return _Limit(counted, self.total_wait, self.total_step_time, self.consumed, self._feed_first,
-                      self._feed_last, feed_steps)
+                      self._feed_last, feed_steps, empty_fraction)
 
     def limit(self) -> str:
         """One line naming the limit of the steps after warm-up, e.g. ``"input-bound: 34% of step
