@@ -6,7 +6,9 @@ batch 64, momentum SGD, batch norm updates), trained in TF1 graph mode on the CP
 * ``DummyConstantInput``: constant tensors, no input cost at all (the upper bound); its tensors
   are zeros, as in tensorpack;
 * ``TensorInput`` of one real batch as constants: no input cost either, but real pixel values,
-  so it shows what the model's compute on zeros alone is worth (the second reference);
+  so it shows what the model's compute on zeros alone is worth (the second reference); two more
+  references on request (``--inputs``): ``ones`` (constant ones) and ``zeros_variable`` (zeros
+  read from a variable every step, not a constant), which tell zero *values* from constants;
 * ``StagingInput(QueueInput(df))``: from an in-memory DataFlow in the training process;
 * ``StagingInput(QueueInput(df, in_worker=True))``: the recommended path, the DataFlow in a
   worker process (only receiving and enqueueing left in the training process);
@@ -67,6 +69,11 @@ def make_source(kind: str, batches):
         return DummyConstantInput([[BATCH, SIZE, SIZE, 3], [BATCH]])
     if kind == "constant_batch":
         return TensorInput(lambda: [tf.constant(batches[0][0]), tf.constant(batches[0][1])])
+    if kind == "ones":
+        return TensorInput(lambda: [tf.ones([BATCH, SIZE, SIZE, 3]), tf.ones([BATCH], tf.int32)])
+    if kind == "zeros_variable":
+        return TensorInput(lambda: [v1.get_variable("zero_images", initializer=tf.zeros([BATCH, SIZE, SIZE, 3]),
+                                                    trainable=False).read_value(), tf.zeros([BATCH], tf.int32)])
     if kind == "staging":
         return StagingInput(QueueInput(df))
     if kind == "staging_worker":
@@ -84,6 +91,8 @@ def make_source(kind: str, batches):
 LABELS = {
     "dummy": "DummyConstantInput (no input cost)",
     "constant_batch": "TensorInput(a real batch as constants)",
+    "ones": "TensorInput(ones as constants)",
+    "zeros_variable": "TensorInput(zeros read from a variable)",
     "staging": "StagingInput(QueueInput(df))",
     "staging_worker": "StagingInput(QueueInput(df, in_worker=True))",
     "queue": "QueueInput(df)",
@@ -154,7 +163,8 @@ def main():
     parser.add_argument("--steps-per-round", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--depth", type=int, default=14, help="depth of the CIFAR-style ResNet")
-    parser.add_argument("--inputs", nargs="+", default=list(LABELS), choices=list(LABELS))
+    parser.add_argument("--inputs", nargs="+", default=[k for k in LABELS if k not in ("ones", "zeros_variable")],
+                        choices=list(LABELS))
     parser.add_argument("--quick", action="store_true", help="smoke run: ResNet-8, 2 rounds of 2 steps, 2 warm-up")
     args = parser.parse_args()
     if args.quick:
