@@ -18,8 +18,9 @@ QueueInput, StagingInput(QueueInput) and the peers ``tf.data.Dataset.from_genera
 ``prefetch``, tensorpack 0.11's ``QueueInput`` (where it works; otherwise the reason is
 printed and recorded) and the recommended setup, the DataFlow in a worker process
 (``QueueInput(df, in_worker=True)``, alone and under StagingInput), ``--repeats`` times each. The machine may be shared, so each repeat
-also times the same batch of work alone in the main thread right before and after it ("D
-alone"); the main ratio is step / max(D alone, T). "D made" is the mean time a batch took in
+also times the same batch of work alone in the main thread, ``ALONE_SAMPLES`` times right
+before and as many right after it, and takes the median ("D alone": the host's speed drifts by
+several percent within seconds); the main ratio is step / max(D alone, T). "D made" is the mean time a batch took in
 the thread that made it during the run (longer than D alone: contention for the GIL or the
 cores); it is a mean like the step time, so a stall of the host counts in both. step / max(D
 made, T) is what the input path adds on top of the data work itself. All ratios are
@@ -91,6 +92,10 @@ def calibrate_units(d_ms: float) -> int:
             WORK(images, rng)
         best = min(best, (time.perf_counter() - start) / 10)
     return max(1, round(d_ms / 1e3 / best))
+
+
+#: How many times the work is timed alone before and after each repeat (D alone is their median).
+ALONE_SAMPLES = 3
 
 
 def data_work(units: int) -> float:
@@ -226,10 +231,11 @@ def measure_method(name, measure, units, d_ms, t_ms, args, settle, workload):
     step_ms, d_now_ms, d_made_ms, t_now_ms = [], [], [], []
     for _ in range(args.repeats):
         t_now_ms.append(1e3 * step_alone(t_ms, args.warmup, args.steps))
-        before = data_work(units)
+        before = [data_work(units) for _ in range(ALONE_SAMPLES)]
         step, made = measure(units, t_ms, args.warmup, args.steps, settle)
         time.sleep(2 * d_ms / 1e3)     # a feeding thread may still finish the batch it was making
-        d_now_ms.append(1e3 * (before + data_work(units)) / 2)
+        after = [data_work(units) for _ in range(ALONE_SAMPLES)]
+        d_now_ms.append(1e3 * statistics.median(before + after))
         step_ms.append(1e3 * step)
         d_made_ms.append(1e3 * made)
     # this repeat's own D and T: the same work and the same step timed alone right around it
