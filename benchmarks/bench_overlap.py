@@ -21,8 +21,9 @@ printed and recorded) and the recommended setup, the DataFlow in a worker proces
 also times the same batch of work alone in the main thread, ``ALONE_SAMPLES`` times right
 before and as many right after it, and takes the median ("D alone": the host's speed drifts by
 several percent within seconds); the main ratio is step / max(D alone, T). "D made" is the mean time a batch took in
-the thread that made it during the run (longer than D alone: contention for the GIL or the
-cores); it is a mean like the step time, so a stall of the host counts in both. step / max(D
+the thread that made it during the run (5-10% longer than D alone on the benchmark machine in
+every setup, a worker process and FeedInput's serial loop included; the cause is not known, see
+benchmarks/results/HISTORY.md); it is a mean like the step time, so a stall of the host counts in both. step / max(D
 made, T) is what the input path adds on top of the data work itself. All ratios are
 medians over the repeats (plus the best for the main one). Prints a table and writes benchmarks/results/overlap.json.
 
