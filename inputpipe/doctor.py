@@ -1,29 +1,39 @@
 """``python -m inputpipe.doctor``: name the slow stage of a script's DataFlow.
 
-The target is ``path/to/script.py:factory`` (the script is imported as a module, not run as
+The target is ``path/to/script.py:NAME`` (the script is imported as a module, not run as
 ``__main__``, so its training code under ``if __name__ == "__main__":`` does not start) or
-``package.module:factory``. The factory is called without arguments and must return the
-DataFlow; the doctor profiles it (:func:`inputpipe.dataflow.profiling.profile`), prints the
-table, the limiting stage and a suggestion, optionally writes them as JSON, and closes the flow.
+``package.module:NAME``. NAME is a function that returns the DataFlow (called with the arguments
+given after the target, each a Python literal or else a string; ``name=value`` for a keyword) or
+a DataFlow made when the module is imported. Without ``:NAME`` the doctor takes the module's one
+DataFlow object, or else its function with a usual name (``get_dataflow``, ``get_data``, ...).
+The doctor profiles the flow (:func:`inputpipe.dataflow.profiling.profile`), prints the table,
+the limiting stage and a suggestion, optionally writes them as JSON, and closes the flow.
 
 Example::
 
     python -m inputpipe.doctor train.py:get_dataflow --seconds 20 --json doctor.json
     python -m inputpipe.doctor mypkg.data:make_train_flow
+    python -m inputpipe.doctor cifar.py:get_data train batch_size=64
 """
 # ruff: noqa: T201 - printing the report is this command's job (the library itself never prints)
 import argparse
+import ast
 import importlib
 import importlib.util
 import inspect
 import json
 import os
 import sys
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-__all__ = ["load_factory", "main"]
+from .dataflow.profiling import is_dataflow
+
+__all__ = ["load_factory", "parse_arguments", "main"]
 
 _PROG = "python -m inputpipe.doctor"
+#: Functions the doctor looks for when the target names none (first found wins).
+USUAL_FACTORY_NAMES = ("get_dataflow", "get_data", "get_train_dataflow", "get_train_data", "get_dataset",
+                       "make_dataflow", "build_dataflow", "dataflow")
 
 
 class TargetError(ValueError):
@@ -61,44 +71,129 @@ def _load_module(spec_text: str) -> Any:
         raise
 
 
-def load_factory(target: str) -> Callable[[], Any]:
-    """The function named by ``target`` (``script.py:function`` or ``module:function``);
-    :class:`TargetError` with a one-line reason when it cannot be found.
+def _public(module: Any) -> Dict[str, Any]:
+    return {n: v for n, v in vars(module).items() if not n.startswith("_")}
+
+
+def _own_functions(module: Any) -> List[str]:
+    return sorted(n for n, v in _public(module).items() if callable(v) and not isinstance(v, type)
+                  and getattr(v, "__module__", None) == module.__name__)
+
+
+class _ExistingFlow:
+    """A DataFlow that the module made when imported, standing in for a factory that returns it."""
+
+    def __init__(self, flow: Any, name: str):
+        self.flow = flow
+        self.__name__ = name
+
+    def __call__(self) -> Any:
+        return self.flow
+
+
+def _discover(module: Any, module_text: str) -> Callable[..., Any]:
+    """The module's one DataFlow object, or else its function with a usual name."""
+    flows = sorted(n for n, v in _public(module).items() if is_dataflow(v))
+    if len(flows) == 1:
+        return _ExistingFlow(getattr(module, flows[0]), flows[0])
+    for name in USUAL_FACTORY_NAMES:
+        candidate = getattr(module, name, None)
+        if callable(candidate) and not isinstance(candidate, type):
+            return candidate
+    found = "DataFlows: {}; ".format(", ".join(flows)) if flows else ""
+    raise TargetError("name the DataFlow or the function that makes it: {}:NAME (no :NAME given, and {} {}"
+                      "functions: {})".format(module_text, module_text, "has several " + found if flows else "has ",
+                                              ", ".join(_own_functions(module)) or "none"))
+
+
+def load_factory(target: str) -> Callable[..., Any]:
+    """The function that makes the DataFlow named by ``target`` (``script.py:NAME``,
+    ``module:NAME``, or without ``:NAME`` the module's one DataFlow or its function with a usual
+    name; a NAME that is a DataFlow gives a function returning it). :class:`TargetError` with a
+    one-line reason when it cannot be found.
 
     Example::
 
         factory = load_factory("my_pipeline.py:get_dataflow")
         df = factory()
     """
-    module_text, sep, func_name = target.rpartition(":")
-    if not sep or not module_text or not func_name or not func_name.isidentifier():
-        raise TargetError("expected SCRIPT.py:FUNCTION or MODULE:FUNCTION, got {!r}".format(target))
+    module_text, sep, name = target.rpartition(":")
+    if not sep:
+        module_text, name = target, ""
+    if not module_text or (sep and not name.isidentifier()):
+        raise TargetError("expected SCRIPT.py:NAME, MODULE:NAME, SCRIPT.py or MODULE, got {!r}".format(target))
     module = _load_module(module_text)
-    factory = getattr(module, func_name, None)
+    if not name:
+        return _discover(module, module_text)
+    factory = getattr(module, name, None)
     if factory is None:
-        functions = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
-                           and getattr(v, "__module__", None) == module.__name__)
-        raise TargetError("{} has no function {!r} (it defines: {})".format(
-            module_text, func_name, ", ".join(functions) or "no public functions"))
+        raise TargetError("{} has no function or DataFlow {!r} (it defines: {})".format(
+            module_text, name, ", ".join(_own_functions(module)) or "no public functions"))
+    if is_dataflow(factory):
+        return _ExistingFlow(factory, name)
     if not callable(factory):
-        raise TargetError("{}:{} is not callable (it is of type {}); expected a function that returns a DataFlow".format(
-            module_text, func_name, type(factory).__name__))
+        raise TargetError("{}:{} is neither a DataFlow nor callable (it is of type {}); expected a function that "
+                          "returns a DataFlow".format(module_text, name, type(factory).__name__))
     return factory
 
 
-def _required_parameters(func: Callable[..., Any]) -> List[str]:
+def parse_arguments(texts: List[str]) -> Tuple[List[Any], Dict[str, Any]]:
+    """The factory's arguments from the command line: ``value`` (positional) or ``name=value``
+    (keyword); each value is read as a Python literal (``64``, ``0.5``, ``True``, ``None``,
+    ``'x'``, ``[1, 2]``) or, failing that, kept as the string. Literals only: nothing is executed.
+
+    Example::
+
+        assert parse_arguments(["train", "batch_size=64"]) == (["train"], {"batch_size": 64})
+    """
+    args: List[Any] = []
+    kwargs: Dict[str, Any] = {}
+    for text in texts:
+        key, eq, value = text.partition("=")
+        if eq and key.isidentifier():
+            if key in kwargs:
+                raise TargetError("the argument {}= is given twice".format(key))
+            kwargs[key] = _literal(value)
+        elif kwargs:
+            raise TargetError("the positional argument {!r} comes after keyword arguments".format(text))
+        else:
+            args.append(_literal(text))
+    return args, kwargs
+
+
+def _shown(args: List[Any], kwargs: Dict[str, Any]) -> str:
+    parts = [repr(a) for a in args] + ["{}={!r}".format(k, v) for k, v in kwargs.items()]
+    return "({})".format(", ".join(parts)) if parts else "no arguments"
+
+
+def _literal(text: str) -> Any:
     try:
-        parameters = inspect.signature(func).parameters.values()
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def _call_problem(func: Callable[..., Any], args: List[Any], kwargs: Dict[str, Any]) -> Optional[str]:
+    """Why ``func(*args, **kwargs)`` does not fit its signature (None when it does or is unknown)."""
+    try:
+        signature = inspect.signature(func)
     except (TypeError, ValueError):       # no signature to read (some builtins): just call it
-        return []
-    return [p.name for p in parameters if p.default is p.empty
-            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        return None
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as err:
+        return str(err)
+    return None
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG, description="Run a DataFlow once and name the stage that limits its throughput.")
-    parser.add_argument("target", help="SCRIPT.py:FUNCTION or MODULE:FUNCTION; the function returns the DataFlow")
+    parser.add_argument("target", help="SCRIPT.py:NAME or MODULE:NAME, NAME a function that returns the DataFlow "
+                        "or a DataFlow; without :NAME the module's one DataFlow or its get_dataflow/get_data/...")
+    parser.add_argument("arguments", nargs="*", metavar="ARG",
+                        help="arguments for the function: VALUE or NAME=VALUE, each a Python literal (64, 0.5, "
+                        "True, 'x', [1, 2]) or else a string; put -- before values that start with -")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds to measure (default 20)")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds run before measuring (default 2)")
     parser.add_argument("--max-datapoints", type=int, default=None, help="stop after this many output datapoints")
@@ -114,20 +209,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .dataflow.profiling import profile
 
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     for name in ("seconds", "stall_timeout"):
         if not getattr(args, name) > 0:
             parser.error("--{} must be > 0, got {}".format(name.replace("_", "-"), getattr(args, name)))
     try:
         factory = load_factory(args.target)
+        call_args, call_kwargs = parse_arguments(args.arguments)
     except TargetError as err:
         parser.error(str(err))
-    required = _required_parameters(factory)
-    if required:
-        parser.error("{} must be callable without arguments, but it requires {}".format(
-            args.target, ", ".join(required)))
-    df = factory()
-    if not (hasattr(df, "__iter__") and callable(getattr(df, "reset_state", None))):
+    if isinstance(factory, _ExistingFlow) and (call_args or call_kwargs):
+        parser.error("{} is a DataFlow, not a function: it takes no arguments".format(args.target))
+    problem = _call_problem(factory, call_args, call_kwargs)
+    if problem:
+        parser.error("{} cannot be called with {} ({}): give the function's arguments after the target, "
+                     "each VALUE or NAME=VALUE".format(args.target, _shown(call_args, call_kwargs), problem))
+    df = factory(*call_args, **call_kwargs)
+    if not is_dataflow(df):
         parser.error("{} returned a {}, not a DataFlow".format(args.target, type(df).__name__))
     try:
         report = profile(df, args.seconds, warmup=args.warmup, max_datapoints=args.max_datapoints,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from inputpipe.doctor import TargetError, load_factory
+from inputpipe.doctor import TargetError, load_factory, parse_arguments
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,6 +31,13 @@ SCRIPT = textwrap.dedent('''
 
     def get_dataflow():
         return BatchData(MapData(DataFromGenerator(_source), decode), 8)
+
+    def get_data(name, batch=8, *, slow_ms=3):
+        assert name == "train", name
+        def decode_slowly(dp):
+            time.sleep(slow_ms / 1e3)
+            return dp
+        return BatchData(MapData(DataFromGenerator(_source), decode_slowly), batch)
 
     NOT_A_FUNCTION = 3
 
@@ -75,13 +82,16 @@ def test_cli_accepts_module_colon_function(script):
 
 
 @pytest.mark.parametrize("target, message", [
-    ("{script}:get_df", "has no function 'get_df' (it defines: decode, get_dataflow)"),
-    ("{script}:NOT_A_FUNCTION", ":NOT_A_FUNCTION is not callable (it is of type int); expected a function that returns a DataFlow"),
-    ("{script}", "expected SCRIPT.py:FUNCTION or MODULE:FUNCTION, got '{script}'"),
+    ("{script}:get_df", "has no function or DataFlow 'get_df' (it defines: decode, get_data, get_dataflow)"),
+    ("{script}:NOT_A_FUNCTION", ":NOT_A_FUNCTION is neither a DataFlow nor callable (it is of type int); expected a "
+                                "function that returns a DataFlow"),
+    ("{script}:", "expected SCRIPT.py:NAME, MODULE:NAME, SCRIPT.py or MODULE, got '{script}:'"),
     ("{dir}/missing.py:get_dataflow", "the script '{dir}/missing.py' does not exist"),
     ("no_such_module_xyz:get", "no module named 'no_such_module_xyz'"),
-    ("json:dumps", "json:dumps must be callable without arguments, but it requires obj"),
-    ("json:JSONDecodeError", "json:JSONDecodeError must be callable without arguments"),
+    ("json:dumps", "json:dumps cannot be called with no arguments (missing a required argument: 'obj'): give the "
+                   "function's arguments after the target, each VALUE or NAME=VALUE"),
+    ("json:JSONDecodeError", "json:JSONDecodeError cannot be called with no arguments (missing a required argument"),
+    ("json", "name the DataFlow or the function that makes it: json:NAME (no :NAME given, and json has functions: "),
 ])
 def test_cli_bad_target_is_a_one_line_error(script, target, message):
     target = target.format(script=script, dir=script.parent)
@@ -108,5 +118,68 @@ def test_cli_bad_seconds_is_refused(script):
 def test_load_factory_in_process(script):
     factory = load_factory("{}:get_dataflow".format(script))
     assert factory.__name__ == "get_dataflow"
-    with pytest.raises(TargetError, match="expected SCRIPT.py:FUNCTION or MODULE:FUNCTION, got 'x:'"):
+    with pytest.raises(TargetError, match="expected SCRIPT.py:NAME, MODULE:NAME, SCRIPT.py or MODULE, got 'x:'"):
         load_factory("x:")
+
+
+def test_cli_passes_literal_and_keyword_arguments_to_the_function(script):
+    proc = _doctor("{}:get_data".format(script), "train", "4", "slow_ms=6", "--seconds", "0.6", "--warmup", "0.1")
+    assert proc.returncode == 0, proc.stderr
+    assert "Limiting stage: MapData(decode_slowly)" in proc.stdout
+    assert "BatchData(4)" in proc.stdout
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ([], "get_data cannot be called with no arguments (missing a required argument: 'name')"),
+    (["train", "slow_ms=1", "5"], "the positional argument '5' comes after keyword arguments"),
+    (["train", "colour=1"], "get_data cannot be called with ('train', colour=1) (got an unexpected keyword argument "
+                            "'colour')"),
+])
+def test_cli_arguments_that_do_not_fit_are_a_one_line_error(script, arguments, message):
+    proc = _doctor("{}:get_data".format(script), *arguments, "--seconds", "0.5")
+    assert proc.returncode == 2, proc.stdout
+    assert message in proc.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in proc.stderr
+
+
+def test_parse_arguments_reads_literals_and_never_runs_code():
+    args, kwargs = parse_arguments(["train", "64", "0.5", "None", "[1, 2]", "'x y'", "__import__('os')", "size=(3, 4)",
+                                    "flag=True", "path=/data/x=1"])
+    assert args == ["train", 64, 0.5, None, [1, 2], "x y", "__import__('os')"]
+    assert kwargs == {"size": (3, 4), "flag": True, "path": "/data/x=1"}
+
+
+def test_cli_without_a_name_takes_the_usual_function(script):
+    proc = _doctor(str(script), "--seconds", "0.5", "--warmup", "0.1")
+    assert proc.returncode == 0, proc.stderr
+    assert "Limiting stage: MapData(decode)" in proc.stdout        # get_dataflow, the first usual name
+
+
+def test_cli_profiles_a_dataflow_the_script_made_at_import(tmp_path):
+    path = tmp_path / "flows.py"
+    path.write_text(textwrap.dedent('''
+        import time
+        from inputpipe.dataflow import DataFromList, MapData
+
+        def slow(dp):
+            time.sleep(0.002)
+            return dp
+
+        train_flow = MapData(DataFromList([[i] for i in range(50)], shuffle=False), slow)
+    '''))
+    for target in ("{}:train_flow".format(path), str(path)):
+        proc = _doctor(target, "--seconds", "0.4", "--warmup", "0")
+        assert proc.returncode == 0, proc.stderr
+        assert "Limiting stage: MapData(slow)" in proc.stdout
+    proc = _doctor("{}:train_flow".format(path), "3", "--seconds", "0.4")
+    assert proc.returncode == 2
+    assert ":train_flow is a DataFlow, not a function: it takes no arguments" in proc.stderr
+
+
+def test_cli_without_a_name_and_two_flows_asks_for_one(tmp_path):
+    path = tmp_path / "two.py"
+    path.write_text("from inputpipe.dataflow import DataFromList\n"
+                    "train = DataFromList([[1]])\nval = DataFromList([[2]])\n")
+    proc = _doctor(str(path), "--seconds", "0.4")
+    assert proc.returncode == 2
+    assert "no :NAME given, and {} has several DataFlows: train, val; functions: none".format(path) in proc.stderr

@@ -247,6 +247,10 @@ def test_an_empty_flow_ends_the_profile():
     report = profile(df, seconds=5, warmup=0)
     assert report.ended and report.datapoints == 0
     assert "The flow ended" in str(report)
+    # nothing came out, so no stage limits anything: the report says what happened instead
+    assert report.limiting is None and report.to_dict()["limiting"] is None
+    assert "Limiting stage" not in str(report)
+    assert report.suggestion.startswith("Nothing to profile: an epoch of the flow ended without a datapoint.")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -261,6 +265,9 @@ def test_bad_arguments_are_refused(kwargs, message):
 def test_something_else_than_a_dataflow_is_refused():
     with pytest.raises(TypeError, match=r"profile: expected a DataFlow \(an iterable with reset_state\(\)\), got a list"):
         profile([[1], [2]], seconds=1)
+    # the class itself has __iter__ and reset_state too, but is not a flow to run
+    with pytest.raises(TypeError, match=r"expected a DataFlow \(an iterable with reset_state\(\)\), got the class DataFromList \(make an instance\)"):
+        profile(DataFromList, seconds=1)
 
 
 def test_report_stage_lookup_names_the_stages_when_missing():

@@ -218,6 +218,10 @@ def suggest(report: ProfileReport) -> str:
     performance-tuning advice (parallelise the slow part, batch in the workers, read sequentially)."""
     index = report.limiting_index
     if index is None:
+        if report.ended and report.datapoints == 0:
+            return ("Nothing to profile: an epoch of the flow ended without a datapoint. Is its source empty, "
+                    "does a filter drop every datapoint, or is it a generator that was used up (DataFromGenerator "
+                    "needs a function that makes a new generator, not a generator)?")
         return "Nothing was measured: the flow produced no datapoints in the window."
     stages, stage = report.stages, report.stages[index]
     total = report.seconds

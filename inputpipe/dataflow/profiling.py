@@ -29,7 +29,7 @@ from .diagnosis import (
     StageProfile, choose_limiting, cpu_count, suggest,
 )
 
-__all__ = ["profile", "ProfileReport", "StageProfile"]
+__all__ = ["profile", "ProfileReport", "StageProfile", "is_dataflow"]
 
 logger = get_logger(__name__)
 
@@ -116,21 +116,24 @@ class _Node:
         self.stats_start: Optional[List[Dict[str, float]]] = None
 
 
-def _is_flow(value: Any) -> bool:
-    return isinstance(value, DataFlow) or (hasattr(value, "__iter__") and callable(getattr(value, "reset_state", None)))
+def is_dataflow(value: Any) -> bool:
+    """True for a DataFlow instance: a :class:`DataFlow`, or any iterable with ``reset_state()``
+    (not a class)."""
+    return isinstance(value, DataFlow) or (not isinstance(value, type) and hasattr(value, "__iter__")
+                                           and callable(getattr(value, "reset_state", None)))
 
 
 def _input_slots(flow: Any) -> List[Tuple[str, Any]]:
     """Where ``flow`` keeps its inputs: ``("ds", input)`` or ``("df_lists", index)`` entries."""
     slots: List[Tuple[str, Any]] = []
     ds = flow.__dict__.get("ds")
-    if ds is not None and _is_flow(ds):
+    if ds is not None and is_dataflow(ds):
         slots.append(("ds", None))
     df_lists = flow.__dict__.get("df_lists")
     if isinstance(df_lists, (list, tuple)):
         for k, entry in enumerate(df_lists):
-            target = entry[0] if isinstance(entry, tuple) and entry and _is_flow(entry[0]) else entry
-            if _is_flow(target):
+            target = entry[0] if isinstance(entry, tuple) and entry and is_dataflow(entry[0]) else entry
+            if is_dataflow(target):
                 slots.append(("df_lists", k))
     return slots
 
@@ -377,9 +380,9 @@ def profile(df: DataFlow, seconds: float = 10.0, *, warmup: float = 1.0, max_dat
         report = profile(df, seconds=0.5, warmup=0.1)
         assert report.limiting is not None and report.datapoints > 0
     """
-    if not _is_flow(df):
-        raise TypeError("profile: expected a DataFlow (an iterable with reset_state()), got a {}".format(
-            type(df).__name__))
+    if not is_dataflow(df):
+        got = "the class {} (make an instance)".format(df.__name__) if isinstance(df, type) else "a " + type(df).__name__
+        raise TypeError("profile: expected a DataFlow (an iterable with reset_state()), got {}".format(got))
     if not seconds > 0:
         raise ValueError("profile: seconds must be > 0, got {!r}".format(seconds))
     if not stall_timeout > 0:
@@ -466,7 +469,7 @@ def _report(run: _ProfileRun, cost: Tuple[float, float], stalled: bool) -> Profi
                            cpu_count=cpu_count())
     if stalled and stuck is not None:
         report.limiting_index = index[id(stuck)]
-    else:
+    elif run.datapoints > 0:              # with no output there is no throughput to limit
         report.limiting_index = choose_limiting(stages)
     report.suggestion = suggest(report)
     return report
