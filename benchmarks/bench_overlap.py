@@ -25,9 +25,14 @@ the thread that made it during the run (5-10% longer than D alone on the benchma
 every setup, a worker process and FeedInput's serial loop included; the cause is not known, see
 benchmarks/results/HISTORY.md); it is a mean like the step time, so a stall of the host counts in both. step / max(D
 made, T) is what the input path adds on top of the data work itself. All ratios are
-medians over the repeats (plus the best for the main one). Prints a table and writes benchmarks/results/overlap.json.
+medians over the repeats (plus the best for the main one, and the worst against D made). The methods
+alternate within every repeat, in an order that rotates from repeat to repeat, so a drift of the
+host's speed hits them all alike; each in-process inputpipe source is also compared with
+tensorpack's matching source repeat by repeat (its step time over theirs: the median and the range).
+Prints a table and writes benchmarks/results/overlap.json (overlap_<workload>.json for one workload).
 
     python benchmarks/bench_overlap.py [--t-ms 100] [--steps 30] [--repeats 3] [--workload python]
+    python benchmarks/bench_overlap.py --workload python --ratios 1 --methods QueueInput tensorpack
     python benchmarks/bench_overlap.py --quick      # a smoke run: one ratio, few steps, one repeat
 """
 import argparse
@@ -226,38 +231,46 @@ METHODS = [
 ]
 
 
-def measure_method(name, measure, units, d_ms, t_ms, args, settle, workload):
-    """``args.repeats`` runs of one method; returns (table row, JSON record)."""
-    ratio = d_ms / t_ms
-    step_ms, d_now_ms, d_made_ms, t_now_ms = [], [], [], []
-    for _ in range(args.repeats):
-        t_now_ms.append(1e3 * step_alone(t_ms, args.warmup, args.steps))
-        before = [data_work(units) for _ in range(ALONE_SAMPLES)]
-        step, made = measure(units, t_ms, args.warmup, args.steps, settle)
-        time.sleep(2 * d_ms / 1e3)     # a feeding thread may still finish the batch it was making
-        after = [data_work(units) for _ in range(ALONE_SAMPLES)]
-        d_now_ms.append(1e3 * statistics.median(before + after))
-        step_ms.append(1e3 * step)
-        d_made_ms.append(1e3 * made)
-    # this repeat's own D and T: the same work and the same step timed alone right around it
-    # ("alone"), and D as long as it took where the batches were made during the run ("made")
+def measure_once(measure, units, d_ms, t_ms, args, settle):
+    """One run of one method with its own yardsticks around it: (step, D alone, D made, T alone) in ms.
+    T and D alone are timed right around the run ("alone": the same step on a constant input, the
+    same work in the main thread), D made is how long the batches took where they were made."""
+    t_now = step_alone(t_ms, args.warmup, args.steps)
+    before = [data_work(units) for _ in range(ALONE_SAMPLES)]
+    step, made = measure(units, t_ms, args.warmup, args.steps, settle)
+    time.sleep(2 * d_ms / 1e3)     # a feeding thread may still finish the batch it was making
+    after = [data_work(units) for _ in range(ALONE_SAMPLES)]
+    return 1e3 * step, 1e3 * statistics.median(before + after), 1e3 * made, 1e3 * t_now
+
+
+def summarize(name, runs, d_ms, t_ms, units, workload, peer_steps):
+    """Table row and JSON record of one method's runs (one per repeat, taken in alternation with the
+    other methods). ``peer_steps``: the same repeats' step times of tensorpack's matching source, if any."""
+    step_ms, d_now_ms, d_made_ms, t_now_ms = (list(column) for column in zip(*runs))
     alone = [s_ / max(d_, t_) for s_, d_, t_ in zip(step_ms, d_now_ms, t_now_ms)]
     made = [s_ / max(d_, t_) for s_, d_, t_ in zip(step_ms, d_made_ms, t_now_ms)]
+    vs_peer = [s_ / p_ for s_, p_ in zip(step_ms, peer_steps)] if peer_steps else []
     record = {"workload": workload, "method": name, "D_ms": d_ms, "T_ms": t_ms, "work_units_per_batch": units,
               "step_ms": step_ms, "D_alone_ms": d_now_ms, "D_where_made_ms": d_made_ms, "T_alone_ms": t_now_ms,
               "ratio_to_max_D_alone": alone, "ratio_to_max_D_made": made,
               "median_ratio_to_max_D_alone": statistics.median(alone), "best_ratio_to_max_D_alone": min(alone),
-              "median_ratio_to_max_D_made": statistics.median(made),
+              "median_ratio_to_max_D_made": statistics.median(made), "max_ratio_to_max_D_made": max(made),
+              "step_vs_tensorpack_same_repeat": vs_peer,
+              "median_step_vs_tensorpack": statistics.median(vs_peer) if vs_peer else None,
               "nominal_ratio_to_max": statistics.median(step_ms) / max(d_ms, t_ms)}
-    row = [workload, ratio, name, "{:.1f}".format(statistics.median(step_ms)),
+    row = [workload, d_ms / t_ms, name, "{:.1f}".format(statistics.median(step_ms)),
            "{:.1f}".format(statistics.median(d_now_ms)), "{:.1f}".format(statistics.median(t_now_ms)),
            "{:.1f}".format(statistics.median(d_made_ms)),
            "{:.3f}".format(statistics.median(alone)), "{:.3f}".format(min(alone)),
-           "{:.3f}".format(statistics.median(made))]
-    print("{} D/T={} {:46s} step {} ms, D alone {} ms, T alone {} ms, D where made {} ms".format(
-        workload, ratio, name, *[" ".join("{:.0f}".format(v) for v in vs)
-                                 for vs in (step_ms, d_now_ms, t_now_ms, d_made_ms)]), flush=True)
+           "{:.3f}".format(statistics.median(made)), "{:.3f}".format(max(made)),
+           "{:.3f} ({:.3f}-{:.3f})".format(statistics.median(vs_peer), min(vs_peer), max(vs_peer)) if vs_peer else ""]
     return row, record
+
+
+#: The tensorpack source each in-process inputpipe source is compared with, repeat by repeat.
+PEER_OF = {"QueueInput": TENSORPACK, "StagingInput(QueueInput)": TENSORPACK_STAGING,
+           "QueueInput(df, in_worker=True) (recommended)": TENSORPACK,
+           "StagingInput(QueueInput(df, in_worker=True))": TENSORPACK_STAGING}
 
 
 def main() -> None:
@@ -268,16 +281,21 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workload", nargs="+", choices=sorted(WORKLOADS), default=["numpy", "python"])
+    parser.add_argument("--ratios", type=float, nargs="+", default=[0.5, 1.0, 2.0], help="D/T values")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help="measure only the methods whose name contains one of these (case-insensitive)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: D/T = 1 only, 4 steps after 2 warm-up, one repeat, T = 30 ms")
     args = parser.parse_args()
-    ratios = (0.5, 1.0, 2.0)
+    ratios = tuple(args.ratios)
     if args.quick:
         args.steps, args.warmup, args.repeats, args.t_ms, ratios = 4, 2, 1, 30.0, (1.0,)
     tensorpack_missing = tensorpack_peer.unavailable_reason()
     if tensorpack_missing:
         print("{}: not measured: {}".format(TENSORPACK, tensorpack_missing), flush=True)
     rows, records = [], []
+    methods = [(name, measure) for name, measure in METHODS
+               if not args.methods or any(part.lower() in name.lower() for part in args.methods)]
     for workload in args.workload:
         WORK = WORKLOADS[workload]
         for ratio in ratios:
@@ -286,23 +304,40 @@ def main() -> None:
             # when data is faster than the step, give every source time to fill its buffer (QueueInput:
             # 50 batches) before timing: while it fills, its thread competes with the step for the GIL
             settle = QueueInput.default_capacity * d_ms / 1e3 if d_ms < t_ms and not args.quick else 0.0
-            for name, measure in METHODS:
-                if name in (TENSORPACK, TENSORPACK_STAGING) and tensorpack_missing:
+            measured = [(name, measure) for name, measure in methods
+                        if not (name in (TENSORPACK, TENSORPACK_STAGING) and tensorpack_missing)]
+            runs = {name: [] for name, _ in measured}
+            for repeat in range(args.repeats):
+                # the methods alternate, in an order that rotates every repeat, so a drift of the
+                # host's speed hits all of them alike
+                shift = repeat % max(1, len(measured))
+                for name, measure in measured[shift:] + measured[:shift]:
+                    run = measure_once(measure, units, d_ms, t_ms, args, settle)
+                    runs[name].append(run)
+                    print("{} D/T={} repeat {}: {:46s} step {:.1f} ms, D alone {:.1f} ms, D made {:.1f} ms, "
+                          "T alone {:.1f} ms".format(workload, ratio, repeat + 1, name, run[0], run[1], run[2],
+                                                     run[3]), flush=True)
+            for name, _ in methods:
+                if name not in runs:
                     records.append({"workload": workload, "method": name, "D_ms": d_ms, "T_ms": t_ms,
                                     "step_ms": None, "not_measured": tensorpack_missing})
-                    rows.append([workload, ratio, name] + ["n/a"] * 7)
+                    rows.append([workload, ratio, name] + ["n/a"] * 9)
                     continue
-                row, record = measure_method(name, measure, units, d_ms, t_ms, args, settle, workload)
+                peer_steps = [run[0] for run in runs.get(PEER_OF.get(name, ""), [])]
+                row, record = summarize(name, runs[name], d_ms, t_ms, units, workload, peer_steps)
                 rows.append(row)
                 records.append(record)
     table = tabulate(rows, headers=["workload", "D/T", "method", "step ms", "D alone ms", "T alone ms",
                                     "D made ms", "step / max(D alone,T alone)", "best",
-                                    "step / max(D made,T alone)"],
+                                    "step / max(D made,T alone)", "worst", "step / tensorpack's (same repeats)"],
                      tablefmt="github")
     print(table)
     if tensorpack_missing:
         print("{}: not measured: {}".format(TENSORPACK, tensorpack_missing))
-    results = RESULTS.replace(".json", "_quick.json") if args.quick else RESULTS    # a smoke run keeps the real one
+    # one file per workload run alone (overlap_python.json), both in one: overlap.json; a smoke run keeps the real one
+    results = RESULTS.replace(".json", "_" + args.workload[0] + ".json") if len(set(args.workload)) == 1 else RESULTS
+    if args.quick:
+        results = results.replace(".json", "_quick.json")
     os.makedirs(os.path.dirname(results), exist_ok=True)
     with open(results, "w") as f:
         json.dump({"benchmark": "overlap", "machine": platform.platform(), "cpus": os.cpu_count(),

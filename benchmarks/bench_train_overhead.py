@@ -9,7 +9,11 @@ batch 64, momentum SGD, batch norm updates), trained in TF1 graph mode on the CP
   so it shows what the model's compute on zeros alone is worth (the second reference); two more
   references on request (``--inputs``): ``ones`` (constant ones) and ``zeros_variable`` (zeros
   read from a variable every step, not a constant), which tell zero *values* from constants;
-* ``StagingInput(QueueInput(df))``: from an in-memory DataFlow in the training process;
+* ``StagingInput(QueueInput(df))``: from an in-memory DataFlow in the training process (its
+  batches in 64-byte aligned memory, as ``BatchData`` makes them);
+* ``StagingInput(QueueInput(df of zeros))``: the same with the dummy input's values, so the model
+  computes exactly what it computes on ``DummyConstantInput`` and only the input's cost differs
+  (and tensorpack's StagingInput on the same zeros as its peer);
 * ``StagingInput(QueueInput(df, in_worker=True))``: the recommended path, the DataFlow in a
   worker process (only receiving and enqueueing left in the training process);
 * ``QueueInput(df)`` alone;
@@ -48,6 +52,7 @@ import tensorflow as tf  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
 from inputpipe.dataflow import DataFromList  # noqa: E402
+from inputpipe.utils.buffers import aligned_empty  # noqa: E402
 from inputpipe.input_source import (  # noqa: E402
     DummyConstantInput, FeedInput, QueueInput, StagingInput, TensorInput, TFDatasetInput, hooked_session)
 from resnet_model import ModelConfig, build_train_graph  # noqa: E402
@@ -57,14 +62,25 @@ v1 = tf.compat.v1
 BATCH, SIZE, CLASSES, DISTINCT_BATCHES = 64, 32, 10, 16
 
 
-def in_memory_batches():
+def in_memory_batches(zeros: bool = False):
+    """The DataFlow's batches, in 64-byte aligned memory as ``BatchData`` makes them (TF then shares
+    them instead of copying). ``zeros``: the values of ``DummyConstantInput``, so that the model's
+    compute is the same as on the dummy input and only the input's own cost differs."""
     rng = np.random.RandomState(0)
-    return [[rng.standard_normal((BATCH, SIZE, SIZE, 3)).astype(np.float32),
-             rng.randint(0, CLASSES, size=BATCH).astype(np.int32)] for _ in range(DISTINCT_BATCHES)]
+    batches = []
+    for _ in range(DISTINCT_BATCHES):
+        images = aligned_empty((BATCH, SIZE, SIZE, 3), np.float32)
+        images[...] = 0.0 if zeros else rng.standard_normal(images.shape)
+        labels = np.zeros(BATCH, np.int32) if zeros else rng.randint(0, CLASSES, size=BATCH).astype(np.int32)
+        batches.append([images, labels])
+    return batches
+
+
+ZERO_DATA = ("staging_zeros", "tensorpack_staging_zeros")
 
 
 def make_source(kind: str, batches):
-    df = DataFromList(batches, shuffle=False)
+    df = DataFromList(in_memory_batches(zeros=True) if kind in ZERO_DATA else batches, shuffle=False)
     if kind == "dummy":
         return DummyConstantInput([[BATCH, SIZE, SIZE, 3], [BATCH]])
     if kind == "constant_batch":
@@ -74,7 +90,7 @@ def make_source(kind: str, batches):
     if kind == "zeros_variable":
         return TensorInput(lambda: [v1.get_variable("zero_images", initializer=tf.zeros([BATCH, SIZE, SIZE, 3]),
                                                     trainable=False).read_value(), tf.zeros([BATCH], tf.int32)])
-    if kind == "staging":
+    if kind in ("staging", "staging_zeros"):
         return StagingInput(QueueInput(df))
     if kind == "staging_worker":
         return StagingInput(QueueInput(df, in_worker=True))
@@ -94,11 +110,13 @@ LABELS = {
     "ones": "TensorInput(ones as constants)",
     "zeros_variable": "TensorInput(zeros read from a variable)",
     "staging": "StagingInput(QueueInput(df))",
+    "staging_zeros": "StagingInput(QueueInput(df of zeros))",
     "staging_worker": "StagingInput(QueueInput(df, in_worker=True))",
     "queue": "QueueInput(df)",
     "feed": "FeedInput(df)",
     "dataset": "TFDatasetInput(from_generator(df).prefetch(4))",
     "tensorpack_staging": "tensorpack 0.11 StagingInput(QueueInput(df)) (peer)",
+    "tensorpack_staging_zeros": "tensorpack 0.11 StagingInput(QueueInput(df of zeros)) (peer)",
 }
 SPECS = [tf.TensorSpec([BATCH, SIZE, SIZE, 3], tf.float32, "images"), tf.TensorSpec([BATCH], tf.int32, "labels")]
 
@@ -110,9 +128,10 @@ class Trainee:
         self.kind = kind
         graph = tf.Graph()
         with graph.as_default():
-            if kind == "tensorpack_staging":
+            if kind.startswith("tensorpack_staging"):
                 source, (images, labels), hook = tensorpack_peer.tensorpack_staging_tensors(
-                    DataFromList(batches, shuffle=False), SPECS)
+                    DataFromList(in_memory_batches(zeros=True) if kind in ZERO_DATA else batches, shuffle=False),
+                    SPECS)
             else:
                 source = make_source(kind, batches)
                 source.setup(SPECS)
@@ -122,7 +141,7 @@ class Trainee:
             init = v1.global_variables_initializer()
         sess = stack.enter_context(v1.Session(graph=graph))
         sess.run(init)
-        if kind == "tensorpack_staging":
+        if kind.startswith("tensorpack_staging"):
             stack.enter_context(tensorpack_peer.run_tensorpack_staging(source, sess))
             self.run = stack.enter_context(hooked_session(sess, hook))
         else:
@@ -171,9 +190,10 @@ def main():
         args.rounds, args.steps_per_round, args.warmup, args.depth = 2, 2, 2, 8
     kinds = ["dummy", "constant_batch"] + [k for k in args.inputs if k not in ("dummy", "constant_batch")]
     tensorpack_missing = tensorpack_peer.unavailable_reason()
-    if "tensorpack_staging" in kinds and tensorpack_missing:
-        print("{}: not measured: {}".format(LABELS["tensorpack_staging"], tensorpack_missing), flush=True)
-        kinds.remove("tensorpack_staging")
+    for peer in ("tensorpack_staging", "tensorpack_staging_zeros"):
+        if peer in kinds and tensorpack_missing:
+            print("{}: not measured: {}".format(LABELS[peer], tensorpack_missing), flush=True)
+            kinds.remove(peer)
 
     results = measure(kinds, in_memory_batches(), args.depth, args.warmup, args.rounds, args.steps_per_round)
     dummy_rate, dummy_rounds = results["dummy"]
@@ -195,7 +215,7 @@ def main():
                "images/s", "ms/step", "vs DummyConstantInput", "median per-round ratio",
                "median per-round ratio to the real constant batch"]
     print(tabulate(rows, headers=headers, tablefmt="github"))
-    for kind, goal in (("staging", 0.99), ("staging_worker", 0.99)):
+    for kind, goal in (("staging", 0.99), ("staging_zeros", 0.99), ("staging_worker", 0.99)):
         found = [r for r in records if r["input"] == kind]
         if found:
             ratio = found[0]["median_round_ratio_to_dummy"]
