@@ -26,7 +26,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .dataflow.profiling import is_dataflow
+from .utils.arguments import is_dataflow
 
 __all__ = ["load_factory", "parse_arguments", "main"]
 

@@ -57,6 +57,8 @@ def test_feedfree_sources_are_feedfree_inputs():
     (lambda: QueueInput([1, 2]), "QueueInput takes a DataFlow"),
     (lambda: BatchQueueInput(3, 2), "BatchQueueInput takes a DataFlow"),
     (lambda: FeedInput("abc"), "FeedInput takes a DataFlow"),
+    (lambda: QueueInput(Counting), r"QueueInput takes a DataFlow \(an iterable with reset_state\(\)\), got the class "
+                                   r"Counting \(make an instance\)"),
     (lambda: TensorInput(3), "TensorInput: get_tensor_fn must be callable"),
     (lambda: TFDatasetInput([1, 2]), "TFDatasetInput takes a tf.data.Dataset or a DataFlow"),
     (lambda: StagingInput(Counting(2)), "StagingInput wraps an InputSource"),

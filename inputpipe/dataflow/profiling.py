@@ -19,6 +19,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..utils.arguments import is_dataflow
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.logger import get_logger
 from ._helpers import close_iterators
@@ -29,7 +30,7 @@ from .diagnosis import (
     StageProfile, choose_limiting, cpu_count, suggest,
 )
 
-__all__ = ["profile", "ProfileReport", "StageProfile", "is_dataflow"]
+__all__ = ["profile", "ProfileReport", "StageProfile"]
 
 logger = get_logger(__name__)
 
@@ -114,13 +115,6 @@ class _Node:
         self.note = ""
         self.cpu_start: Optional[float] = None
         self.stats_start: Optional[List[Dict[str, float]]] = None
-
-
-def is_dataflow(value: Any) -> bool:
-    """True for a DataFlow instance: a :class:`DataFlow`, or any iterable with ``reset_state()``
-    (not a class)."""
-    return isinstance(value, DataFlow) or (not isinstance(value, type) and hasattr(value, "__iter__")
-                                           and callable(getattr(value, "reset_state", None)))
 
 
 def _input_slots(flow: Any) -> List[Tuple[str, Any]]:

@@ -30,6 +30,8 @@ class ArgumentKindError(TypeError, ValueError):
 
 
 def _describe(value: Any) -> str:
+    if isinstance(value, type):
+        return "the class {} (make an instance)".format(value.__name__)
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
@@ -37,8 +39,10 @@ def _describe(value: Any) -> str:
 
 
 def is_dataflow(value: Any) -> bool:
-    """True for anything used like a DataFlow: iterable, with a callable ``reset_state``."""
-    return callable(getattr(value, "reset_state", None)) and callable(getattr(value, "__iter__", None))
+    """True for anything used like a DataFlow: iterable, with a callable ``reset_state`` (an
+    instance: a DataFlow class has both too, but is not a flow)."""
+    return (not isinstance(value, type) and callable(getattr(value, "reset_state", None))
+            and callable(getattr(value, "__iter__", None)))
 
 
 def require_dataflow(value: Any, component: str) -> Any:
