@@ -16,8 +16,8 @@ import numpy as np
 
 from ._helpers import END, EpochCursor, check_positive_int, close_iterators, epoch_rng, length_of
 from .base import (
-    DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, StateMismatchError, check_state, get_length,
-    is_resumable, require_rng,
+    DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, StateMismatchError, check_state,
+    empty_passes_mean_stuck, get_length, is_resumable, require_rng,
 )
 from .seeding import new_rng
 
@@ -174,15 +174,18 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
             assert self._source is not None     # made just above, or by _replay()
             buffer, held, source = self._buffer, self._held, self._source
             interval, reuse = self.shuffle_interval * self.num_reuse, self.num_reuse
+            empty = 0                       # input epochs in a row without a datapoint
             while target is None or self._produced < target:
                 item = next(source)
                 if item is END:
                     if target is None:
                         self._since_epoch = 0
                         return
-                    if self._since_epoch == 0:
-                        raise RuntimeError("LocallyShuffleData: its input produced no datapoints in an "
-                                           "epoch, so {} cannot be produced".format(target))
+                    empty = empty + 1 if self._since_epoch == 0 else 0
+                    if empty_passes_mean_stuck(self.ds, empty):
+                        raise RuntimeError("LocallyShuffleData: its input produced no datapoints in {}, so {} "
+                                           "cannot be produced".format("an epoch" if empty == 1 else
+                                                                       "{} epochs in a row".format(empty), target))
                     self._since_epoch = 0
                     continue
                 entry, dp = item

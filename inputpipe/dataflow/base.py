@@ -399,6 +399,45 @@ class ProxyDataFlow(DataFlow):
         return [self.ds]
 
 
+#: Passes in a row without a datapoint after which even a flow that gathers datapoints across
+#: passes (see :func:`empty_passes_mean_stuck`) is taken to never produce one.
+EMPTY_PASSES_ALLOWED = 1000
+
+
+def empty_passes_mean_stuck(ds: Any, empty_in_a_row: int) -> bool:
+    """Whether ``empty_in_a_row`` passes of ``ds`` in a row without a datapoint mean that it will
+    never produce one (an exhausted generator, an empty source), so that repeating it would spin.
+
+    One empty pass is enough, unless a flow in the chain gathers datapoints across passes (its
+    class sets ``gathers_across_passes = True``, as :class:`BatchDataByShape` does: a group not
+    yet full at the end of a pass is completed in a later one); then only
+    :data:`EMPTY_PASSES_ALLOWED` empty passes in a row are.
+
+    Example::
+
+        empty = 0 if produced else empty + 1
+        if empty_passes_mean_stuck(ds, empty):
+            raise RuntimeError("the flow produces nothing")
+    """
+    if empty_in_a_row < 1:
+        return False
+    return empty_in_a_row >= EMPTY_PASSES_ALLOWED or not _gathers_across_passes(ds)
+
+
+def _gathers_across_passes(ds: Any) -> bool:
+    seen, todo = set(), [ds]
+    while todo:
+        flow = todo.pop()
+        if flow is None or id(flow) in seen:
+            continue
+        seen.add(id(flow))
+        if getattr(type(flow), "gathers_across_passes", False):
+            return True
+        inputs = getattr(flow, "_state_inputs", None)
+        todo.extend(inputs() if callable(inputs) else [getattr(flow, "ds", None)])
+    return False
+
+
 def is_resumable(df: Any) -> bool:
     """Whether ``df`` and every flow it reads from implement ``get_state()``/``set_state()``.
 

@@ -302,6 +302,9 @@ class BatchDataByShape(BatchData):
         df = BatchDataByShape(images_of_various_sizes, 8, idx=0)
     """
 
+    #: a group not full at the end of a pass is completed in a later pass, so a pass may yield nothing
+    gathers_across_passes = True
+
     def __init__(self, ds: DataFlow, batch_size: int, idx: Hashable):
         super().__init__(ds, batch_size)
         self.idx = idx

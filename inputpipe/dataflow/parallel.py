@@ -30,7 +30,8 @@ from ..utils.compat import no_other_arguments, renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import worker_error_class
 from ..utils.workers import WorkerPool, WorkerPoolOwner
-from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, StateMismatchError,
+from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow,
+                   StateMismatchError, empty_passes_mean_stuck,
                    check_state, get_length, is_resumable)
 
 __all__ = [
@@ -55,8 +56,10 @@ def _check_positive(component: str, name: str, value: Any) -> int:
 
 
 def _empty_epoch_error(ds: DataFlow) -> RuntimeError:
-    return RuntimeError("{} produced no datapoints in a whole pass; a parallel runner would loop "
-                        "forever on it".format(type(ds).__name__))
+    passes = ("a whole pass" if empty_passes_mean_stuck(ds, 1)
+              else "{} passes in a row".format(EMPTY_PASSES_ALLOWED))   # a chain that gathers across passes
+    return RuntimeError("{} produced no datapoints in {}; a parallel runner would loop forever on it".format(
+        type(ds).__name__, passes))
 
 
 def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[int], track: bool) -> None:
@@ -82,6 +85,7 @@ def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[i
 
     generation = 0
     may_be_empty = False                     # the first pass after a restore may have nothing left
+    empty = 0                                # passes in a row without a datapoint
     if track:
         end.send_datapoint([generation, ds.get_state()])     # the position before any datapoint
     while True:
@@ -116,7 +120,8 @@ def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[i
             state["bytes"] += nbytes
         if state["restore"] is not None:
             continue
-        if not produced and not may_be_empty:
+        empty = 0 if produced or may_be_empty else empty + 1
+        if empty_passes_mean_stuck(ds, empty):
             raise _empty_epoch_error(ds)
         may_be_empty = False
 
@@ -342,6 +347,7 @@ class _CopyThread(StoppableThread):
 
     def run(self):
         try:
+            empty = 0                        # passes in a row without a datapoint
             while not self.stopped():
                 produced = 0
                 started = time.perf_counter()
@@ -352,7 +358,8 @@ class _CopyThread(StoppableThread):
                     if not self.queue_put_stoppable(self._out, dp):
                         return
                     started = time.perf_counter()
-                if not produced:
+                empty = 0 if produced else empty + 1
+                if empty_passes_mean_stuck(self.ds, empty):
                     raise _empty_epoch_error(self.ds)
         except BaseException as err:  # reported to the consumer, which raises it
             self._failures.append((self.name, err, traceback.format_exc()))

@@ -34,7 +34,8 @@ from ..utils.errors import WorkerError, worker_error_class
 from ..utils.seeding import datapoint_context, derive_seed, new_rng
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 from ._map_position import MapPosition, checked_map_state
-from .base import DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, get_length
+from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, empty_passes_mean_stuck,
+                   get_length)
 from .common import BatchData
 from .parallel import _check_positive, _stop_threads
 
@@ -108,6 +109,7 @@ class _ParallelMapBase(ProxyDataFlow):
         self._next_key = 0
         self._passes = 0                         # continuous mode: source passes begun (seeds the tasks)
         self._pass_start = 0                     # continuous mode: key when the source last restarted
+        self._empty_passes = 0                   # continuous mode: source passes in a row without a datapoint
         self._next_yield = 0
         self._pending: Dict[int, Any] = {}       # ordered mode: answers waiting for their turn
         self._ready: Deque[Tuple[int, Any]] = collections.deque()   # (key, result) due to be yielded, in order
@@ -227,9 +229,11 @@ class _ParallelMapBase(ProxyDataFlow):
                 task = self._make_task(self._source)
             except StopIteration:
                 self._source = iter(self.ds) if restart_source else None
-                if restart_source and self._next_key == self._pass_start:
-                    raise RuntimeError("{}: the source {} produced no datapoints in a whole pass".format(
-                        type(self).__name__, type(self.ds).__name__)) from None
+                self._empty_passes = self._empty_passes + 1 if self._next_key == self._pass_start else 0
+                if restart_source and empty_passes_mean_stuck(self.ds, self._empty_passes):
+                    raise RuntimeError("{}: the source {} produced no datapoints in {}".format(
+                        type(self).__name__, type(self.ds).__name__, "a whole pass" if self._empty_passes == 1
+                        else "{} passes in a row".format(self._empty_passes))) from None
                 self._pass_start = self._next_key
                 self._passes += 1
                 continue

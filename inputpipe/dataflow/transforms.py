@@ -16,7 +16,7 @@ import numpy as np
 from ._helpers import END, check_positive_int, close_iterators, length_of
 from .base import (
     DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, StateMismatchError,
-    check_state, is_resumable,
+    check_state, empty_passes_mean_stuck, is_resumable,
 )
 
 __all__ = [
@@ -226,13 +226,15 @@ class FixedSizeData(ProxyDataFlow):
                 self._itr = iter(self.ds)
             try:
                 for _ in range(start, self._size):
-                    dp = next(self._itr, END)
-                    if dp is END:
+                    dp, empty = next(self._itr, END), 0
+                    while dp is END:                  # the input's pass ended: start the next one
+                        if empty_passes_mean_stuck(self.ds, empty):
+                            raise RuntimeError("FixedSizeData: its input produced no datapoints{}, so "
+                                               "{} cannot be produced".format(
+                                                   "" if empty == 1 else " in {} passes in a row".format(empty),
+                                                   self._size))
                         self._itr = iter(self.ds)
-                        dp = next(self._itr, END)
-                        if dp is END:
-                            raise RuntimeError("FixedSizeData: its input produced no datapoints, so "
-                                               "{} cannot be produced".format(self._size))
+                        dp, empty = next(self._itr, END), empty + 1
                     self._position += 1
                     yield dp
             finally:
@@ -294,16 +296,19 @@ class RepeatedData(ProxyDataFlow):
 
     def _repeat(self, resumed: bool) -> Iterator[Any]:
         try:
+            empty = 0                                 # repetitions in a row without a datapoint
             while self.num == -1 or self._count < self.num:
-                empty = True
+                produced = False
                 for dp in self.ds:
-                    empty = False
+                    produced = True
                     yield dp
                 # A restored state taken after the last datapoint of a repetition continues with
                 # that repetition's (empty) end.
-                if empty and self.num == -1 and not resumed:
-                    raise RuntimeError("RepeatedData(num=-1): its input produced no datapoints in an "
-                                       "epoch, so repeating it forever would never produce any")
+                empty = 0 if produced or resumed else empty + 1
+                if self.num == -1 and empty_passes_mean_stuck(self.ds, empty):
+                    raise RuntimeError("RepeatedData(num=-1): its input produced no datapoints in {}, so "
+                                       "repeating it forever would never produce any".format(
+                                           "an epoch" if empty == 1 else "{} epochs in a row".format(empty)))
                 resumed = False
                 self._count += 1
         finally:

@@ -1,11 +1,11 @@
 """Iterating a DataFlow for an InputSource: epochs, the empty-epoch guard, end of data, closing."""
 from typing import Any, Generator
 
-from ..dataflow.base import DataFlowTerminated
+from ..dataflow.base import DataFlowTerminated, empty_passes_mean_stuck
 from ..utils.logger import get_logger
 from .errors import InputSourceError
 
-__all__ = ["iterate_datapoints", "EndOfData", "close_dataflow"]
+__all__ = ["iterate_datapoints", "EndOfData", "close_dataflow", "empty_epochs_error"]
 
 logger = get_logger(__name__)
 
@@ -17,11 +17,14 @@ class EndOfData(Exception):
 def iterate_datapoints(ds: Any, infinite: bool, owner: str, resumed: bool = False) -> Generator[Any, None, None]:
     """Yield datapoints of ``ds``; with ``infinite``, start a new epoch whenever one ends.
 
-    Raises :class:`InputSourceError` if an epoch yields nothing (it would spin forever), except
+    Raises :class:`InputSourceError` if an epoch yields nothing (it would spin forever; for a
+    chain that gathers datapoints across epochs, such as ``BatchDataByShape``, only after
+    ``EMPTY_PASSES_ALLOWED`` such epochs in a row), except
     the first one after ``ds.set_state()`` (``resumed``): a state saved after the last datapoint
     of an epoch resumes with the rest of that epoch, which is empty (a finite source then ends).
     Returns (ends the iteration) when a finite DataFlow ends or it raises ``DataFlowTerminated``.
     """
+    empty = 0                   # epochs in a row without a datapoint
     while True:
         count = 0
         try:
@@ -32,10 +35,17 @@ def iterate_datapoints(ds: Any, infinite: bool, owner: str, resumed: bool = Fals
             return
         if not infinite:
             return
-        if count == 0 and not resumed:
-            raise InputSourceError("{}: the DataFlow {} produced no datapoint in an epoch, so it cannot be "
-                                   "repeated; is it an exhausted generator?".format(owner, type(ds).__name__))
+        empty = 0 if count or resumed else empty + 1
+        if empty_passes_mean_stuck(ds, empty):
+            raise empty_epochs_error(owner, ds, empty)
         resumed = False
+
+
+def empty_epochs_error(owner: str, ds: Any, empty: int) -> InputSourceError:
+    """The error for an infinite source whose DataFlow produced nothing in ``empty`` epochs in a row."""
+    return InputSourceError("{}: the DataFlow {} produced no datapoint in {}, so it cannot be repeated; is it an "
+                            "exhausted generator?".format(owner, type(ds).__name__, "an epoch" if empty == 1 else
+                                                          "{} epochs in a row".format(empty)))
 
 
 def close_dataflow(ds: Any, owner: str) -> None:

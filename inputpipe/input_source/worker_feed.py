@@ -23,8 +23,9 @@ Example::
 import os
 from typing import Any, Dict, Iterator, List, Optional
 
-from ..dataflow.base import DataFlow, DataFlowTerminated, ProxyDataFlow, check_state
+from ..dataflow.base import DataFlow, DataFlowTerminated, ProxyDataFlow, check_state, empty_passes_mean_stuck
 from ..dataflow.parallel import MultiProcessRunnerZMQ
+from ._iteration import empty_epochs_error
 from .errors import InputSourceError
 
 __all__ = ["WorkerFeed", "EpochMarked"]
@@ -114,7 +115,7 @@ class WorkerFeed:
         runner = self._runner
         if runner is None:
             raise InputSourceError("{}: the DataFlow's worker is not running (call reset_state())".format(self.owner))
-        count = 0
+        count = empty = 0
         for datapoint in runner:
             how = self._marker(datapoint)
             if how is None:
@@ -123,10 +124,9 @@ class WorkerFeed:
                 continue
             if how == _TERMINATED or not infinite:
                 return
-            if count == 0 and not resumed:
-                raise InputSourceError("{}: the DataFlow {} produced no datapoint in an epoch, so it cannot be "
-                                       "repeated; is it an exhausted generator?".format(
-                                           self.owner, type(self.ds).__name__))
+            empty = 0 if count or resumed else empty + 1
+            if empty_passes_mean_stuck(self.ds, empty):
+                raise empty_epochs_error(self.owner, self.ds, empty)
             count, resumed = 0, False
 
     def not_resumable_reason(self) -> Optional[str]:
