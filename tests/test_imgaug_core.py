@@ -225,6 +225,39 @@ def test_old_style_without_coords_leaves_coordinates_unchanged():
     assert tfm.apply_coords(np.array([[1.0, 1.5]])).tolist() == [[1.0, 1.5]]
 
 
+class ShortEdgeTo(transform.TransformAugmentorBase):
+    """tensorpack 0.9's style (FasterRCNN's CustomResize): _get_augment_params returns a Transform,
+    there is no _augment."""
+
+    def __init__(self, size):
+        self._init(locals())
+
+    def _get_augment_params(self, img):
+        h, w = img.shape[:2]
+        scale = self.size / min(h, w)
+        return transform.ResizeTransform(h, w, int(h * scale + 0.5), int(w * scale + 0.5), cv2.INTER_NEAREST)
+
+
+def test_an_old_augmentor_that_draws_a_transform_needs_no_augment_method():
+    aug = imgaug.AugmentorList([ShortEdgeTo(5), imgaug.Flip(horiz=True, prob=1.0)])
+    img = np.arange(20 * 10, dtype=np.float32).reshape(20, 10)
+    out, params = aug.augment_return_params(img)
+    assert out.shape == (10, 5)
+    assert np.array_equal(out, cv2.resize(img, (5, 10), interpolation=cv2.INTER_NEAREST)[:, ::-1])
+    # the box corners follow: x scales by 0.5 then flips in a width of 5, y scales by 0.5
+    assert aug.augment_coords(np.array([[2.0, 4.0]], np.float32), params).tolist() == [[4.0, 2.0]]
+
+
+def test_an_old_augmentor_whose_params_are_no_transform_needs_augment():
+    class ParamsOnly(imgaug.ImageAugmentor):
+        def _get_augment_params(self, img):
+            return 3
+
+    with pytest.raises(NotImplementedError, match=r"ParamsOnly._get_augment_params returned a int, not a Transform, "
+                                                  r"and ParamsOnly has no _augment\(img, params\) to apply it"):
+        ParamsOnly().augment(np.zeros((2, 2)))
+
+
 def test_an_augmentor_with_neither_api_says_so():
     class Nothing(imgaug.ImageAugmentor):
         pass

@@ -217,18 +217,19 @@ class ImageAugmentor:
         from .transform import BaseTransform, TransformFactory
 
         cls = type(self)
-        if not hasattr(self, "_augment"):
+        draw = getattr(self, "_get_augment_params", None) or getattr(self, "get_augment_params", None)
+        if draw is None and not hasattr(self, "_augment"):
             raise NotImplementedError("{} implements neither get_transform(img) nor the old "
-                                      "_augment(img, params)".format(cls.__name__))
+                                      "_get_augment_params(img) / _augment(img, params)".format(cls.__name__))
         _log_once((cls, "legacy"), "{} uses the old augmentor interface (_get_augment_params/_augment); "
                                    "it keeps working, get_transform(img) is the current one".format(cls.__name__))
-        params = None
-        if hasattr(self, "_get_augment_params"):
-            params = self._get_augment_params(img)
-        elif hasattr(self, "get_augment_params"):
-            params = self.get_augment_params(img)
-        if isinstance(params, BaseTransform):
+        params = None if draw is None else draw(img)
+        if isinstance(params, BaseTransform):     # old augmentors that draw a Transform (tensorpack 0.9's style)
             return params
+        if not hasattr(self, "_augment"):
+            raise NotImplementedError("{}._get_augment_params returned a {}, not a Transform, and {} has no "
+                                      "_augment(img, params) to apply it".format(cls.__name__, type(params).__name__,
+                                                                                 cls.__name__))
         return TransformFactory(name=_Described("LegacyConversion -- ", self),
                                 apply_image=lambda image: self._augment(image, params),
                                 apply_coords=lambda coords: self._legacy_coords(coords, params))
