@@ -95,3 +95,12 @@ def test_queue_input_feeds_batches_that_form_across_epochs(in_worker):
             got = [run([x, i]) for _ in range(6)]
     source.close()
     assert [(a.shape, b.tolist()) for a, b in got] == EXPECTED
+
+
+def test_the_doctor_profiles_a_chain_whose_first_epoch_is_empty():
+    from inputpipe.dataflow.profiling import profile
+
+    report = profile(MapData(_by_shape(), lambda dp: dp), seconds=5, warmup=0, max_datapoints=12)
+    assert not report.ended and report.datapoints == 12
+    assert report.stage("BatchDataByShape(2)").datapoints == 12
+    assert report.stage("OneOfEachShape").datapoints == 24        # two passes of six make six batches

@@ -11,7 +11,7 @@ Example::
 """
 import threading
 import time
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ._helpers import close_iterators
 from .base import DataFlow
@@ -97,6 +97,10 @@ class _Probe(DataFlow):
         if callable(close):
             close()
 
+    def _state_inputs(self) -> List[Any]:
+        inputs = getattr(self._probed, "_state_inputs", None)
+        return inputs() if callable(inputs) else []
+
     def __getattr__(self, name: str) -> Any:
         probed = self.__dict__.get("_probed")
         if probed is None:
@@ -110,7 +114,8 @@ _PROBE_CLASSES: Dict[type, type] = {}
 def make_probe(flow: Any, timer: Timer, thread_id: int) -> _Probe:
     cls = _PROBE_CLASSES.get(type(flow))
     if cls is None:
-        cls = type(type(flow).__name__, (_Probe,), {"__module__": __name__})
+        cls = type(type(flow).__name__, (_Probe,), {
+            "__module__": __name__, "gathers_across_passes": getattr(type(flow), "gathers_across_passes", False)})
         _PROBE_CLASSES[type(flow)] = cls
     return cls(flow, timer, thread_id)
 

@@ -24,7 +24,7 @@ from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.logger import get_logger
 from ._helpers import close_iterators
 from ._probes import Timer, calibrate, make_probe
-from .base import DataFlow
+from .base import DataFlow, empty_passes_mean_stuck
 from .diagnosis import (
     BATCH, COMBINE, IMAGE, MAP, OTHER, PARALLEL_MAP, REMOTE, RUNNER, SHUFFLE, SOURCE, THREAD_MAP, ProfileReport,
     StageProfile, choose_limiting, cpu_count, suggest,
@@ -315,6 +315,7 @@ class _ProfileRun(StoppableThread):
         warmup_end = self.started_at + self.warmup
         if self.warmup <= 0:
             self._start_window()
+        empty = 0                           # epochs in a row without a datapoint
         while not self.stopped():
             produced = 0
             itr = iter(self.instrumented.root_probe)
@@ -332,7 +333,8 @@ class _ProfileRun(StoppableThread):
                         return
             finally:
                 close_iterators([itr])
-            if not produced:
+            empty = 0 if produced else empty + 1
+            if empty_passes_mean_stuck(self.df, empty):
                 self._end_window()
                 self.ended = True
                 return
