@@ -17,7 +17,7 @@ import numpy as np
 from ._helpers import END, EpochCursor, check_positive_int, close_iterators, epoch_rng, length_of
 from .base import (
     DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, StateMismatchError, check_state,
-    empty_passes_mean_stuck, get_length, is_resumable, require_rng,
+    empty_passes_mean_stuck, empty_passes_text, get_length, is_resumable, require_rng,
 )
 from .seeding import new_rng
 
@@ -184,8 +184,8 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
                     empty = empty + 1 if self._since_epoch == 0 else 0
                     if empty_passes_mean_stuck(self.ds, empty):
                         raise RuntimeError("LocallyShuffleData: its input produced no datapoints in {}, so {} "
-                                           "cannot be produced".format("an epoch" if empty == 1 else
-                                                                       "{} epochs in a row".format(empty), target))
+                                           "cannot be produced".format(empty_passes_text(empty, "an epoch", "epochs"),
+                                                                       target))
                     self._since_epoch = 0
                     continue
                 entry, dp = item

@@ -424,6 +424,17 @@ def empty_passes_mean_stuck(ds: Any, empty_in_a_row: int) -> bool:
     return empty_in_a_row >= EMPTY_PASSES_ALLOWED or not _gathers_across_passes(ds)
 
 
+def empty_passes_text(count: int, one: str, unit: str) -> str:
+    """How an error names ``count`` empty passes: ``one`` for a single one (``"an epoch"``), else
+    ``"<count> <unit> in a row"``.
+
+    Example::
+
+        assert empty_passes_text(1000, "an epoch", "epochs") == "1000 epochs in a row"
+    """
+    return one if count == 1 else "{} {} in a row".format(count, unit)
+
+
 def _gathers_across_passes(ds: Any) -> bool:
     seen, todo = set(), [ds]
     while todo:

@@ -31,7 +31,7 @@ from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import worker_error_class
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow,
-                   StateMismatchError, empty_passes_mean_stuck,
+                   StateMismatchError, empty_passes_mean_stuck, empty_passes_text,
                    check_state, get_length, is_resumable)
 
 __all__ = [
@@ -56,8 +56,8 @@ def _check_positive(component: str, name: str, value: Any) -> int:
 
 
 def _empty_epoch_error(ds: DataFlow) -> RuntimeError:
-    passes = ("a whole pass" if empty_passes_mean_stuck(ds, 1)
-              else "{} passes in a row".format(EMPTY_PASSES_ALLOWED))   # a chain that gathers across passes
+    # one empty pass was enough, unless the chain gathers across passes
+    passes = empty_passes_text(1 if empty_passes_mean_stuck(ds, 1) else EMPTY_PASSES_ALLOWED, "a whole pass", "passes")
     return RuntimeError("{} produced no datapoints in {}; a parallel runner would loop forever on it".format(
         type(ds).__name__, passes))
 

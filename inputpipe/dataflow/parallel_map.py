@@ -35,7 +35,7 @@ from ..utils.seeding import datapoint_context, derive_seed, new_rng
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 from ._map_position import MapPosition, checked_map_state
 from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, empty_passes_mean_stuck,
-                   get_length)
+                   empty_passes_text, get_length)
 from .common import BatchData
 from .parallel import _check_positive, _stop_threads
 
@@ -232,8 +232,8 @@ class _ParallelMapBase(ProxyDataFlow):
                 self._empty_passes = self._empty_passes + 1 if self._next_key == self._pass_start else 0
                 if restart_source and empty_passes_mean_stuck(self.ds, self._empty_passes):
                     raise RuntimeError("{}: the source {} produced no datapoints in {}".format(
-                        type(self).__name__, type(self.ds).__name__, "a whole pass" if self._empty_passes == 1
-                        else "{} passes in a row".format(self._empty_passes))) from None
+                        type(self).__name__, type(self.ds).__name__,
+                        empty_passes_text(self._empty_passes, "a whole pass", "passes"))) from None
                 self._pass_start = self._next_key
                 self._passes += 1
                 continue

@@ -16,7 +16,7 @@ import numpy as np
 from ._helpers import END, check_positive_int, close_iterators, length_of
 from .base import (
     DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, StateMismatchError,
-    check_state, empty_passes_mean_stuck, is_resumable,
+    check_state, empty_passes_mean_stuck, empty_passes_text, is_resumable,
 )
 
 __all__ = [
@@ -231,7 +231,7 @@ class FixedSizeData(ProxyDataFlow):
                         if empty_passes_mean_stuck(self.ds, empty):
                             raise RuntimeError("FixedSizeData: its input produced no datapoints{}, so "
                                                "{} cannot be produced".format(
-                                                   "" if empty == 1 else " in {} passes in a row".format(empty),
+                                                   "" if empty == 1 else " in " + empty_passes_text(empty, "", "passes"),
                                                    self._size))
                         self._itr = iter(self.ds)
                         dp, empty = next(self._itr, END), empty + 1
@@ -308,7 +308,7 @@ class RepeatedData(ProxyDataFlow):
                 if self.num == -1 and empty_passes_mean_stuck(self.ds, empty):
                     raise RuntimeError("RepeatedData(num=-1): its input produced no datapoints in {}, so "
                                        "repeating it forever would never produce any".format(
-                                           "an epoch" if empty == 1 else "{} epochs in a row".format(empty)))
+                                           empty_passes_text(empty, "an epoch", "epochs")))
                 resumed = False
                 self._count += 1
         finally:

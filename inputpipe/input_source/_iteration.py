@@ -1,7 +1,7 @@
 """Iterating a DataFlow for an InputSource: epochs, the empty-epoch guard, end of data, closing."""
 from typing import Any, Generator
 
-from ..dataflow.base import DataFlowTerminated, empty_passes_mean_stuck
+from ..dataflow.base import DataFlowTerminated, empty_passes_mean_stuck, empty_passes_text
 from ..utils.logger import get_logger
 from .errors import InputSourceError
 
@@ -44,8 +44,8 @@ def iterate_datapoints(ds: Any, infinite: bool, owner: str, resumed: bool = Fals
 def empty_epochs_error(owner: str, ds: Any, empty: int) -> InputSourceError:
     """The error for an infinite source whose DataFlow produced nothing in ``empty`` epochs in a row."""
     return InputSourceError("{}: the DataFlow {} produced no datapoint in {}, so it cannot be repeated; is it an "
-                            "exhausted generator?".format(owner, type(ds).__name__, "an epoch" if empty == 1 else
-                                                          "{} epochs in a row".format(empty)))
+                            "exhausted generator?".format(owner, type(ds).__name__,
+                                                          empty_passes_text(empty, "an epoch", "epochs")))
 
 
 def close_dataflow(ds: Any, owner: str) -> None:
