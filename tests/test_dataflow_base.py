@@ -1,4 +1,5 @@
 """Tests of the DataFlow base classes, the length protocol, the guard and seeding."""
+import abc
 import threading
 
 import numpy as np
@@ -208,6 +209,9 @@ class Closable(DataFlow):
     def __init__(self):
         self.closed = 0
 
+    def __iter__(self):
+        yield [self.closed]
+
     def close(self):
         self.closed += 1
 
@@ -223,10 +227,64 @@ class NoCloseMethod:
 
 
 def test_close_is_a_no_op_on_a_dataflow_and_a_proxy_forwards_it_down_the_chain():
-    DataFlow().close()
+    NoLength().close()
     inner = Closable()
     outer = ProxyDataFlow(ProxyDataFlow(inner))
     outer.close()
     outer.close()
     assert inner.closed == 2
     ProxyDataFlow(NoCloseMethod()).close()          # a wrapped object without close() is fine
+
+
+# -- abstract as in tensorpack 0.11 (ABCMeta, __iter__ abstract) ----------------------------------
+def test_dataflow_and_rngdataflow_are_abstract_like_tensorpack():
+    for abstract in (DataFlow, RNGDataFlow):
+        with pytest.raises(TypeError, match=r"Can't instantiate abstract class {} with abstract method __iter__"
+                           .format(abstract.__name__)):
+            abstract()
+    assert DataFlow.__abstractmethods__ == frozenset({"__iter__"}) == RNGDataFlow.__abstractmethods__
+    assert ProxyDataFlow.__abstractmethods__ == frozenset()            # it iterates its input
+    assert list(ProxyDataFlow(Sized())) == [[0], [1], [2]]
+
+
+def test_a_subclass_without_iter_is_refused_at_construction_and_user_abstract_methods_are_enforced():
+    class OnlyLength(DataFlow):
+        def __len__(self):
+            return 1
+
+    with pytest.raises(TypeError, match="abstract class OnlyLength with abstract method __iter__"):
+        OnlyLength()
+
+    class Reader(DataFlow):              # a user's abstract base, as with tensorpack's ABCMeta
+        @abc.abstractmethod
+        def read(self, i):
+            """Read record i."""
+
+        def __iter__(self):
+            for i in range(2):
+                yield [self.read(i)]
+
+    with pytest.raises(TypeError, match="abstract class Reader with abstract method read"):
+        Reader()
+
+    class Doubles(Reader):
+        def read(self, i):
+            return 2 * i
+
+    assert list(Doubles()) == [[0], [2]]
+
+
+def test_pre_09_flows_stay_concrete_under_the_abstract_base():
+    assert OldStyle.__abstractmethods__ == frozenset() and OldStyleNoSize.__abstractmethods__ == frozenset()
+
+    class OldRandom(RNGDataFlow):        # tensorpack < 0.9: get_data/size on an RNGDataFlow
+        def get_data(self):
+            for _ in range(2):
+                yield [int(self.rng.randint(10))]
+
+        def size(self):
+            return 2
+
+    df = OldRandom()
+    df.reset_state()
+    assert len(df) == 2 and len(list(df)) == 2 and len(list(df.get_data())) == 2

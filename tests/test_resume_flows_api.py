@@ -31,6 +31,13 @@ class NamedList(DataFromList):
     pass
 
 
+class UserFlow(DataFlow):
+    """A user's own flow without get_state/set_state."""
+
+    def __iter__(self):
+        yield [1]
+
+
 def ready(df):
     df.reset_state()
     return df
@@ -75,9 +82,9 @@ def test_library_chains_and_plain_subclasses_are_resumable():
     assert is_resumable(BatchData(RepeatedData(ConcatData([DataFromList([[1]]), FakeData([[1]])]), 3), 2))
     assert is_resumable(NamedList([[1], [2]]))
     assert ready(NamedList([[1], [2]], shuffle=False)).get_state()["type"] == "NamedList"
-    assert not is_resumable([1, 2]) and not is_resumable(DataFlow())
-    with pytest.raises(NotResumableError, match=r"DataFlow is not resumable.*DataFromList instead of a generator"):
-        DataFlow().get_state()
+    assert not is_resumable([1, 2]) and not is_resumable(UserFlow())
+    with pytest.raises(NotResumableError, match=r"UserFlow is not resumable.*DataFromList instead of a generator"):
+        UserFlow().get_state()
 
 
 @pytest.mark.parametrize("make, state, message", [

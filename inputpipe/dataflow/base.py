@@ -5,6 +5,7 @@ A DataFlow is an iterable of datapoints (a list/tuple of components, or a dict).
 """
 import functools
 import threading
+from abc import ABCMeta, abstractmethod
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -226,12 +227,16 @@ class DataFlowReentrantGuard:
         self._lock = threading.Lock()
 
 
-class DataFlow:
+class DataFlow(metaclass=ABCMeta):
     """Base class of every DataFlow: an iterable of datapoints.
 
     Subclasses implement ``__iter__`` (yield datapoints), optionally ``__len__`` (number of
     datapoints per epoch; raise ``NotImplementedError`` when unknown) and ``reset_state()``
     (per-process initialisation: RNGs, files, sockets).
+
+    As in tensorpack, the class is abstract (``ABCMeta``, ``__iter__`` abstract): ``DataFlow()``
+    and a subclass without ``__iter__`` (or tensorpack's older ``get_data``) raise ``TypeError``
+    when instantiated, and a subclass's own ``@abstractmethod`` methods are enforced.
 
     Example::
 
@@ -277,16 +282,17 @@ class DataFlow:
             cls.set_state = DataFlow.set_state  # type: ignore[method-assign]
             cls.check_resumable = DataFlow.check_resumable  # type: ignore[method-assign]
 
+    @abstractmethod
     def __iter__(self) -> Iterator[Any]:
-        raise NotImplementedError("{} does not implement __iter__".format(type(self).__name__))
+        """Yield the datapoints of one epoch (a finite flow ends; an endless one never does)."""
 
     def __len__(self) -> int:
         raise DataFlowLengthUnknown("{} has no length".format(type(self).__name__))
 
-    def reset_state(self) -> None:
+    def reset_state(self) -> None:  # noqa: B027  (optional: a no-op unless a flow needs it)
         """Initialise per-process state. Call once in the process that iterates, before iterating."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (optional: a no-op unless a flow needs it)
         """Stop every thread and process this flow (and the flows it wraps) started.
 
         A no-op here; parallel flows stop their workers, wrappers forward it to what they wrap.
