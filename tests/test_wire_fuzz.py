@@ -183,3 +183,48 @@ def test_reserved_negative_ext_types_are_refused(code, size):
     header = b"IPWF\x01\x02\x00\x00" + bytes(4) + len(body).to_bytes(8, "little")
     with pytest.raises(WireFormatError):
         loads_frames([header + body])
+
+
+def _ext_header(form, length):
+    """The msgpack header of an ext of ``length`` bytes in the given form (type byte not included)."""
+    if form == "ext8":
+        return b"\xc7" + length.to_bytes(1, "big")
+    if form == "ext16":
+        return b"\xc8" + length.to_bytes(2, "big")
+    return b"\xc9" + length.to_bytes(4, "big")
+
+
+def _places(item):
+    """``item`` (msgpack bytes) alone, in a list, as a map value and as a map key."""
+    return [item, b"\x92\x01" + item, b"\x81\xa1k" + item, b"\x81" + item + b"\x01"]
+
+
+@FUZZ
+@given(st.sampled_from(["ext8", "ext16", "ext32"]), st.sampled_from([4, 8, 12]), st.binary(min_size=12, max_size=12),
+       st.integers(0, 3))
+def test_timestamps_in_non_canonical_ext_encodings_are_refused_like_the_canonical_ones(form, length, payload, place):
+    # msgpack decodes ext type -1 of 4, 8 or 12 bytes to a Timestamp in any ext encoding (fixext4/8,
+    # ext8, ext16, ext32), never calling ext_hook; canonical packers use fixext4/8 and ext8 (12 bytes).
+    if length in (8, 12):
+        payload = bytes(4) + payload[4:]              # nanoseconds 0: a valid 64- or 96-bit timestamp
+    item = _ext_header(form, length) + b"\xff" + payload[:length]
+    body = _places(item)[place]
+    header = b"IPWF\x01\x02\x00\x00" + bytes(4) + len(body).to_bytes(8, "little")
+    with pytest.raises(WireFormatError, match=r"ext type -1 \(timestamp\) is not part of the wire format"):
+        loads_frames([header + body])
+    with pytest.raises(DatasetFormatError, match=r"ext type -1 \(timestamp\)"):
+        decode_tensorpack_record(body)
+
+
+@pytest.mark.parametrize("form", ["fixext", "ext8", "ext16", "ext32"])
+def test_ext_type_minus_one_of_any_length_in_any_encoding_never_decodes(form):
+    fixed = {1: b"\xd4", 2: b"\xd5", 4: b"\xd6", 8: b"\xd7", 16: b"\xd8"}
+    lengths = sorted(fixed) if form == "fixext" else range(0, 21)
+    for length in lengths:
+        head = fixed[length] if form == "fixext" else _ext_header(form, length)
+        for body in _places(head + b"\xff" + bytes(length)):
+            header = b"IPWF\x01\x02\x00\x00" + bytes(4) + len(body).to_bytes(8, "little")
+            with pytest.raises(WireFormatError):
+                loads_frames([header + body])
+            with pytest.raises(DatasetFormatError):
+                decode_tensorpack_record(body)

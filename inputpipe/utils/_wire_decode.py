@@ -44,10 +44,12 @@ def _as_bytes_view(buffer: Any, what: str) -> memoryview:
 
 _TUPLE_MARK_DECODED = object()
 
-# msgpack decodes its timestamp extension (type -1) itself, without calling ext_hook. Its three
-# encodings start with these bytes; a body without them holds no timestamp, and a body with them
-# (perhaps only inside binary data) is searched for decoded timestamps.
-_TIMESTAMP_START = re.compile(rb"[\xd6\xd7]\xff|\xc7\x0c\xff")
+# msgpack decodes its timestamp extension (type -1) itself, without calling ext_hook, in whichever
+# ext encoding it comes: fixext4/8 and ext8 as packers write it, but also ext8/16/32 of 4 or 8
+# bytes and ext16/32 of 12. Every ext header followed by type byte 0xff, of any length, is matched
+# (other lengths fail in msgpack, which may change); a body without a match holds no timestamp, and
+# a body with one (perhaps only inside binary data) is searched for decoded timestamps.
+_TIMESTAMP_START = re.compile(rb"[\xd4-\xd8]\xff|\xc7[\x00-\xff]\xff|\xc8[\x00-\xff]{2}\xff|\xc9[\x00-\xff]{4}\xff")
 
 
 def _refuse_timestamps(obj: Any) -> None:
