@@ -24,6 +24,7 @@ import inspect
 import json
 import os
 import sys
+import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .utils.arguments import is_dataflow
@@ -34,6 +35,10 @@ _PROG = "python -m inputpipe.doctor"
 #: Functions the doctor looks for when the target names none (first found wins).
 USUAL_FACTORY_NAMES = ("get_dataflow", "get_data", "get_train_dataflow", "get_train_data", "get_dataset",
                        "make_dataflow", "build_dataflow", "dataflow")
+#: Seconds the doctor waits for ``df.close()`` before exiting without it.
+CLOSE_TIMEOUT = 10.0
+#: Threads of the doctor that may still be blocked in the user's flow when it is done.
+_OWN_THREADS = ("inputpipe-profile", "inputpipe-doctor-close")
 
 
 class TargetError(ValueError):
@@ -205,7 +210,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``python -m inputpipe.doctor``; returns the exit code (0: profiled,
-    1: the DataFlow failed, 2: bad arguments or target)."""
+    1: the DataFlow failed or its ``reset_state()`` did not return within the stall timeout,
+    2: bad arguments or target)."""
     from .dataflow.profiling import profile
 
     parser = _parser()
@@ -231,17 +237,43 @@ def main(argv: Optional[List[str]] = None) -> int:
         report = profile(df, args.seconds, warmup=args.warmup, max_datapoints=args.max_datapoints,
                          stall_timeout=args.stall_timeout)
     finally:
-        close = getattr(df, "close", None)
-        if callable(close):
-            close()
+        _close(df)
     print("{}: {}".format(_PROG, args.target))
     print(report)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(report.to_dict(), fh, indent=2)
         print("JSON written to {}".format(args.json))
+    if report.stalled_in is not None:
+        if report.thread_left_running:
+            print("The doctor exits without waiting for it.")
+        return 1
     return 0
 
 
+def _close(df: Any) -> None:
+    """``df.close()`` in a daemon thread, waited for up to :data:`CLOSE_TIMEOUT` seconds (a flow
+    stuck in ``reset_state()`` may be stuck in ``close()`` too)."""
+    close = getattr(df, "close", None)
+    if not callable(close):
+        return
+    closer = threading.Thread(target=close, name=_OWN_THREADS[1], daemon=True)
+    closer.start()
+    closer.join(CLOSE_TIMEOUT)
+    if closer.is_alive():
+        print("{}: {}.close() did not return within {:g} s; exiting without waiting for it".format(
+            _PROG, type(df).__name__, CLOSE_TIMEOUT), file=sys.stderr)
+
+
+def _exit(code: int) -> None:
+    """Exit with ``code``; without waiting (``os._exit``, after flushing the output) when a thread
+    of the doctor is still blocked in the flow, which Python cannot stop."""
+    if any(t.is_alive() and t.name in _OWN_THREADS for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

@@ -183,3 +183,32 @@ def test_cli_without_a_name_and_two_flows_asks_for_one(tmp_path):
     proc = _doctor(str(path), "--seconds", "0.4")
     assert proc.returncode == 2
     assert "no :NAME given, and {} has several DataFlows: train, val; functions: none".format(path) in proc.stderr
+
+
+STUCK_SCRIPT = textwrap.dedent('''
+    import time
+    from inputpipe.dataflow import BatchData, DataFlow
+
+    class MountedFiles(DataFlow):
+        def reset_state(self):
+            time.sleep(3600)              # a mount that never answers
+
+        def __iter__(self):
+            yield [1]
+
+    def get_dataflow():
+        return BatchData(MountedFiles(), 2)
+''')
+
+
+@pytest.mark.timeout(60)
+def test_cli_exits_within_the_stall_timeout_when_reset_state_never_returns(tmp_path):
+    path = tmp_path / "stuck.py"
+    path.write_text(STUCK_SCRIPT)
+    proc = _doctor("{}:get_dataflow".format(path), "--seconds", "5", "--stall-timeout", "1", timeout=30)
+    assert proc.returncode == 1, proc.stderr
+    assert ("MountedFiles.reset_state() (called by BatchData(2).reset_state()) did not return within the stall "
+            "timeout (1 s)") in proc.stdout
+    assert "stuck.py:" in proc.stdout
+    assert "cannot be stopped from Python" in proc.stdout and "exits without waiting for it" in proc.stdout
+    assert "Traceback" not in proc.stderr

@@ -4,13 +4,14 @@ leaves the chain as it was, and reports numbers that add up.
 Slow stages sleep, so the results hold on a loaded machine: the slow stage is at least 10x slower
 than the others. Each test measures for about a second."""
 import json
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from inputpipe.dataflow import (
-    BatchData, ConcatData, DataFromGenerator, DataFromList, JoinData, MapData, MapDataComponent,
+    BatchData, ConcatData, DataFlow, DataFromGenerator, DataFromList, JoinData, MapData, MapDataComponent,
     MultiProcessMapData, MultiProcessRunnerZMQ, MultiThreadMapData, RemoteDataZMQ,
 )
 from inputpipe.dataflow.profiling import ProfileReport, profile
@@ -217,6 +218,70 @@ def test_a_stalled_chain_names_the_stuck_stage_and_returns():
     assert report.limiting.name == "RemoteDataZMQ" and report.limiting.kind == "remote"
     assert "are the producers running" in report.suggestion
     assert "Limiting stage: RemoteDataZMQ" in str(report) and "stalled" in str(report)
+
+
+class WaitsInReset(DataFlow):
+    """A source whose reset_state() waits for something (a mount, a lock, a download)."""
+
+    def __init__(self, release):
+        self.release = release
+        self.iterations = 0
+
+    def reset_state(self):
+        self.release.wait()
+
+    def __iter__(self):
+        self.iterations += 1
+        yield [1]
+
+
+def _profile_threads():
+    return [t for t in threading.enumerate() if t.name == "inputpipe-profile"]
+
+
+@pytest.mark.timeout(20)
+def test_a_reset_state_that_blocks_is_reported_within_the_stall_timeout():
+    release = threading.Event()
+    source = WaitsInReset(release)
+    df = MapData(source, _sleepy(FAST))
+    started = time.monotonic()
+    try:
+        report = profile(df, seconds=5, warmup=0, stall_timeout=0.5)
+        took = time.monotonic() - started
+        still_blocked = len(_profile_threads())
+    finally:
+        release.set()
+    assert took < 2, took
+    assert still_blocked == 1
+    assert report.stalled and report.datapoints == 0 and report.limiting is None
+    assert report.stalled_in == "WaitsInReset.reset_state()"
+    assert report.thread_left_running
+    text = str(report)
+    assert ("WaitsInReset.reset_state() (called by MapData(sleep_0.2ms).reset_state()) did not return within the "
+            "stall timeout (0.5 s)") in text
+    assert "test_doctor_profile.py:" in text                  # where in reset_state it waits
+    assert "cannot be stopped from Python" in text
+    assert "Limiting stage" not in text
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["stalled_in"] == "WaitsInReset.reset_state()" and data["thread_left_running"] is True
+    # once reset_state returns, the thread ends without iterating the flow
+    deadline = time.monotonic() + 2
+    while _profile_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _profile_threads() == [] and source.iterations == 0
+    assert df.ds is source
+
+
+def test_a_reset_state_that_raises_is_raised():
+    class BrokenMount(DataFlow):
+        def reset_state(self):
+            raise OSError("mount /data: no such device")
+
+        def __iter__(self):
+            yield [1]
+
+    with pytest.raises(OSError, match="no such device"):
+        profile(MapData(BrokenMount(), _sleepy(FAST)), seconds=1, warmup=0, stall_timeout=5)
 
 
 def test_report_is_a_table_and_json_ready():

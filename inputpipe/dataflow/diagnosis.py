@@ -92,6 +92,12 @@ class ProfileReport:
     stalled: bool = False
     ended: bool = False
     cpu_count: int = 1
+    #: The call the chain was stuck in when it stalled before iterating, e.g.
+    #: ``"Mount.reset_state()"`` (None: not stalled there); ``stall_detail`` says where and for how long.
+    stalled_in: Optional[str] = None
+    stall_detail: str = ""
+    #: The profiling thread was still blocked when ``profile`` returned (Python cannot stop it).
+    thread_left_running: bool = False
 
     @property
     def datapoints_per_sec(self) -> float:
@@ -123,6 +129,9 @@ class ProfileReport:
             "stalled": self.stalled,
             "ended": self.ended,
             "cpu_count": self.cpu_count,
+            "stalled_in": self.stalled_in,
+            "stall_detail": self.stall_detail,
+            "thread_left_running": self.thread_left_running,
             "limiting": None if limiting is None else limiting.name,
             "limiting_index": self.limiting_index,
             "suggestion": self.suggestion,
@@ -144,6 +153,11 @@ class ProfileReport:
         return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
     def __str__(self) -> str:
+        if self.stalled_in is not None:           # stuck before iterating: nothing was measured
+            lines = [self.stall_detail]
+            if self.suggestion:
+                lines.append("Suggestion: " + self.suggestion)
+            return "\n".join(lines)
         lines = [self.table(), ""]
         lines.append("{} output datapoints in {:.2f} s ({:.1f}/s); the consumer (the profiler's loop) took "
                      "{:.1%} of the time; timing cost about {:.2f} us per stage call, already subtracted."
@@ -217,6 +231,9 @@ def suggest(report: ProfileReport) -> str:
     """A concrete suggestion for the limiting stage of ``report``, following tensorpack's
     performance-tuning advice (parallelise the slow part, batch in the workers, read sequentially)."""
     index = report.limiting_index
+    if report.stalled_in is not None:
+        return ("Find what {} waits for (a mount, a lock, a download, a server) and make it available, or give it "
+                "a timeout of its own; then run the doctor again.".format(report.stalled_in))
     if index is None:
         if report.ended and report.datapoints == 0:
             return ("Nothing to profile: an epoch of the flow ended without a datapoint. Is its source empty, "

@@ -15,6 +15,9 @@ Example::
     report = profile(df, seconds=0.5, warmup=0.1)
     print(report)               # table, limiting stage, suggestion
 """
+import linecache
+import os
+import sys
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -258,13 +261,17 @@ def _busy_share(before: Any, after: Any, seconds: float, workers: int) -> Option
 # ---------------------------------------------------------------------------------------------
 
 class _ProfileRun(StoppableThread):
-    """Iterates the instrumented chain, epoch after epoch, until stopped or out of datapoints."""
+    """Resets the chain (``reset``), then iterates it instrumented, epoch after epoch, until
+    stopped or out of datapoints. A stop that comes while ``reset_state()`` blocks takes effect
+    when it returns: the chain is then not iterated."""
 
-    def __init__(self, df: Any, warmup: float, max_datapoints: Optional[int]):
+    def __init__(self, df: Any, warmup: float, max_datapoints: Optional[int], reset: bool):
         super().__init__(name="inputpipe-profile")
         self.df = df
         self.warmup = warmup
         self.max_datapoints = max_datapoints
+        self.reset = reset
+        self.reset_done = threading.Event()  # reset_state() returned (or raised, or was not asked for)
         self.ready = threading.Event()     # instrumented (or failed): the caller may watch it
         self.measuring = threading.Event()
         self.chain: Optional[_Instrumented] = None
@@ -277,6 +284,17 @@ class _ProfileRun(StoppableThread):
         self.samples_end: Optional[Dict[int, Any]] = None
 
     def run(self) -> None:
+        try:
+            if self.reset:
+                self.df.reset_state()
+        except BaseException as err:  # reported to the caller, which raises it
+            self.error = err
+            return
+        finally:
+            self.started_at = time.perf_counter()
+            self.reset_done.set()
+        if self.stopped():                 # the caller gave up while reset_state() blocked
+            return
         try:
             self.chain = _Instrumented(self.df, threading.get_ident())
         except BaseException as err:  # reported to the caller
@@ -362,8 +380,11 @@ def profile(df: DataFlow, seconds: float = 10.0, *, warmup: float = 1.0, max_dat
         stall_timeout: if no output datapoint comes for this many seconds, stop waiting and
             report the stage the chain is stuck in (``report.stalled``). Closing ``df`` then
             ends the iterating thread.
-        reset: call ``df.reset_state()`` first (as ``TestDataSpeed`` does). Pass False when
-            it was called already (a second call restarts the RNGs of some flows).
+        reset: call ``df.reset_state()`` first (as ``TestDataSpeed`` does), in the profiling
+            thread, within ``stall_timeout``: a ``reset_state()`` that blocks longer (a mount, a
+            lock, a download) gives a report naming the flow and the line it waits at
+            (``report.stalled_in``). Pass False when it was called already (a second call
+            restarts the RNGs of some flows).
 
     Worker processes and threads of parallel flows are not timed inside: their stage's own time
     is the time the consumer waited for them. Their CPU share (processes, Linux) is read from
@@ -383,16 +404,16 @@ def profile(df: DataFlow, seconds: float = 10.0, *, warmup: float = 1.0, max_dat
         raise ValueError("profile: seconds must be > 0, got {!r}".format(seconds))
     if not stall_timeout > 0:
         raise ValueError("profile: stall_timeout must be > 0, got {!r}".format(stall_timeout))
-    if reset:
-        df.reset_state()
     cost = calibrate()
-    run = _ProfileRun(df, max(0.0, float(warmup)), max_datapoints)
+    run = _ProfileRun(df, max(0.0, float(warmup)), max_datapoints, reset)
     run.start()
     stalled = False
     try:
         stalled = _wait(run, seconds, stall_timeout)
     finally:
         run.stop()
+    if not run.reset_done.is_set():
+        return _reset_stall_report(run, stall_timeout)
     if not stalled:
         run.join(timeout=stall_timeout)
         stalled = run.is_alive()
@@ -404,19 +425,62 @@ def profile(df: DataFlow, seconds: float = 10.0, *, warmup: float = 1.0, max_dat
 
 
 def _wait(run: _ProfileRun, seconds: float, stall_timeout: float) -> bool:
-    """Wait for the measuring window to end; True if the chain stalled instead."""
+    """Wait for the measuring window to end; True if the chain stalled instead (in
+    ``reset_state()`` for ``stall_timeout`` seconds, or without output afterwards)."""
     started = time.perf_counter()
     while run.is_alive():
         now = time.perf_counter()
-        if run.measuring.is_set():
+        if not run.reset_done.is_set():
+            if now - started > stall_timeout:
+                return True
+        elif run.measuring.is_set():
             if now - run.window_start >= seconds:
                 return False
             if now - run.last_output > stall_timeout:
                 return True
-        elif now - started > run.warmup + stall_timeout:
+        elif now - run.started_at > run.warmup + stall_timeout:
             return True
         run.join(timeout=POLL_INTERVAL)
     return False
+
+
+def _reset_stall_report(run: _ProfileRun, stall_timeout: float) -> ProfileReport:
+    """The report of a chain whose ``reset_state()`` did not return within the stall timeout:
+    which flow's ``reset_state()`` the thread is inside of (the innermost), who called it and
+    the line it waits at, read from the thread's stack."""
+    calls = []                          # (flow, frame) of every DataFlow reset_state() on the stack, innermost first
+    frame = sys._current_frames().get(run.ident or -1)
+    while frame is not None:
+        owner = frame.f_locals.get("self") if frame.f_code.co_name == "reset_state" else None
+        if owner is not None and is_dataflow(owner):
+            calls.append((owner, frame))
+        frame = frame.f_back
+    if not calls:
+        calls = [(run.df, None)]
+
+    def call_name(flow: Any) -> str:
+        return "{}.reset_state()".format(_stage_name(flow, _kind_of(flow, bool(_input_slots(flow)))))
+
+    stuck, where = calls[0]
+    stalled_in = call_name(stuck)
+    detail = stalled_in
+    if len(calls) > 1:
+        detail += " (called by {})".format(call_name(calls[1][0]))
+    detail += " did not return within the stall timeout ({:g} s)".format(stall_timeout)
+    if where is not None:
+        filename, line = where.f_code.co_filename, where.f_lineno
+        code = linecache.getline(filename, line).strip()
+        detail += ": it waits at {}:{}{}".format(os.path.basename(filename), line, " ({})".format(code) if code else "")
+    alive = run.is_alive()
+    detail += ". Nothing was profiled."
+    if alive:
+        detail += (" The thread running it cannot be stopped from Python: it is a daemon thread (it does not keep "
+                   "the process alive) and ends, without iterating the flow, when reset_state() returns.")
+    report = ProfileReport(stages=[], seconds=0.0, datapoints=0, consumer_seconds=0.0, probe_overhead_us=0.0,
+                           stalled=True, cpu_count=cpu_count(), stalled_in=stalled_in, stall_detail=detail,
+                           thread_left_running=alive)
+    report.suggestion = suggest(report)
+    return report
 
 
 def _report(run: _ProfileRun, cost: Tuple[float, float], stalled: bool) -> ProfileReport:
