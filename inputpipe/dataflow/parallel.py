@@ -22,14 +22,14 @@ Example::
 import collections
 import queue
 import time
-import traceback
 import weakref
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 from ..utils.compat import no_other_arguments, renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
-from ..utils.errors import worker_error_class
+from ..utils.errors import error_from_exception
 from ..utils.workers import WorkerPool, WorkerPoolOwner
+from ._state import IntRange, StatePlan, check_plain_state, two_phase
 from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow,
                    StateMismatchError, empty_passes_mean_stuck, empty_passes_text,
                    check_state, get_length, is_resumable)
@@ -65,7 +65,8 @@ def _empty_epoch_error(ds: DataFlow) -> RuntimeError:
 def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[int], track: bool) -> None:
     """Worker process of :class:`MultiProcessRunnerZMQ`: send ``ds`` forever, ``prefetch`` ahead.
 
-    Commands from the parent: an int (how many datapoints it has taken: room to send more), or
+    Commands from the parent: an int (how many datapoints it has taken: room to send more),
+    ``["check", token, state]`` (answer ``["checked", token, accepted, why]`` and go on as before), or
     ``["restore", generation, state]`` (drop the current pass, ``ds.set_state(state)``, go on).
     With ``track`` each message is ``[generation, datapoint, ds.get_state()]``, the state taken
     right after ``ds`` yielded that datapoint."""
@@ -76,6 +77,9 @@ def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[i
     def apply(command) -> bool:
         """Handle one command; True when it asks for a restore."""
         if isinstance(command, list):
+            if command[0] == "check":
+                end.send_datapoint(["checked", command[1]] + _verdict(ds, command[2]))
+                return False
             state["restore"] = command
             return True
         while state["acked"] < command:
@@ -124,6 +128,21 @@ def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[i
         if empty_passes_mean_stuck(ds, empty):
             raise _empty_epoch_error(ds)
         may_be_empty = False
+
+
+def _verdict(ds: DataFlow, state: Any) -> List[Any]:
+    """``[accepted, why]``: whether ``ds.set_state(state)`` would accept ``state`` (checked without
+    changing anything; a flow that checks its own states in ``set_state`` is only checked to hold
+    plain data)."""
+    try:
+        check = two_phase(ds)
+        if check is not None:
+            check(state, StatePlan())
+        else:
+            check_plain_state(ds, state)
+    except StateMismatchError as err:
+        return [False, str(err)]
+    return [True, ""]
 
 
 class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
@@ -191,6 +210,8 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
         self._last_state: Optional[Dict[str, Any]] = None    # worker copy's state after the last datapoint
         self._count = 0                      # datapoints yielded in the current epoch of this runner
         self._resume_pending = False
+        self._checks = 0                     # states sent to the worker to check
+        self._early: Deque[Tuple[int, Any]] = collections.deque()    # received while waiting for a check
         self._ack_every = 1 if max_bytes is not None else max(1, per_worker // 4)
         self._guard = DataFlowReentrantGuard(name)
         self._closed = False
@@ -212,13 +233,15 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
             self._resume_pending = False
             self._count = count
             while size is None or count < size:
-                got = self._pool.receive(POLL_INTERVAL)
+                got = self._next_message()
                 if got is None:
                     continue
                 rank, dp = got
                 if self._track:
                     if len(dp) == 2:                       # the worker's state before its first datapoint
                         self._initial_state(dp)
+                        continue
+                    if len(dp) == 4:                       # the answer to a check that gave up waiting
                         continue
                     generation, dp, state = dp
                 self._received[rank] += 1
@@ -249,6 +272,37 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
         raise NotResumableError("{} is not resumable: its input {} was not resumable when the runner was made".format(
             type(self).__name__, type(self.ds).__name__))
 
+    def _next_message(self) -> Optional[Tuple[int, Any]]:
+        """The next message from the workers (those that came while a check waited first), or None
+        after a poll interval."""
+        if self._early:
+            return self._early.popleft()
+        return self._pool.receive(POLL_INTERVAL)
+
+    def _worker_check(self, state: Dict[str, Any]) -> None:
+        """Have the worker check ``state`` for its copy of ``ds`` (which only it has reset), without
+        changing anything there; raise StateMismatchError with its reason when it refuses. What
+        arrives meanwhile is kept for the iteration."""
+        name = type(self).__name__
+        self._checks += 1
+        token = self._checks
+        self._pool.send(0, ["check", token, state])
+        deadline = time.monotonic() + _STATE_TIMEOUT
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError("{}: the worker did not check the state within {:.0f} s (it answers between "
+                                   "datapoints)".format(name, _STATE_TIMEOUT))
+            got = self._pool.receive(POLL_INTERVAL)          # raises WorkerError if the worker died
+            if got is None:
+                continue
+            message = got[1]
+            if len(message) != 4:
+                self._early.append(got)
+            elif message[1] == token:
+                if not message[2]:
+                    raise StateMismatchError("{} > {}".format(name, message[3]))
+                return
+
     def _initial_state(self, message: List[Any]) -> None:
         generation, state = message
         if generation == self._generation and self._last_state is None:
@@ -269,32 +323,36 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
             if time.monotonic() > deadline:
                 raise TimeoutError("{}: the worker sent no state within {:.0f} s of starting".format(
                     type(self).__name__, _STATE_TIMEOUT))
-            got = self._pool.receive(POLL_INTERVAL)          # raises WorkerError if the worker died
-            if got is not None:
+            got = self._next_message()                       # raises WorkerError if the worker died
+            if got is not None and len(got[1]) != 4:
                 if len(got[1]) != 2:
                     raise RuntimeError("{}: expected the worker's initial state first, got a datapoint".format(
                         type(self).__name__))
                 self._initial_state(got[1])
         return {"type": type(self).__name__, "input": self._last_state, "count": self._count}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        """Continue after the datapoint ``state`` was taken at: the worker drops what it prefetched
-        and calls ``set_state(state["input"])`` on its copy (``"count"`` is optional, default 0).
-        Call it after ``reset_state()``."""
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        """Continue after the datapoint ``state`` was taken at: the worker checks ``state["input"]``
+        for its copy first (a refusal changes nothing, there or here), then, when the state is
+        applied, drops what it prefetched and calls ``set_state(state["input"])`` on its copy
+        (``"count"`` is optional, default 0). Call ``set_state`` after ``reset_state()``."""
         if not self._track:
             self._raise_not_resumable()
         name = type(self).__name__
         if not self._pool.started or self._closed:
             raise RuntimeError("{}: call reset_state() before set_state()".format(name))
-        state = check_state(self, state, {"input": dict})
-        count = state.get("count", 0)
-        if type(count) is not int or count < 0:
-            raise StateMismatchError("{}.set_state: field 'count' must be an int >= 0, got {!r}".format(name, count))
-        self._generation += 1
-        self._pool.send(0, ["restore", self._generation, state["input"]])
-        self._last_state = state["input"]
-        self._count = count
-        self._resume_pending = True
+        state = check_state(self, state, {"input": dict, "count": IntRange(0, get_length(self.ds))},
+                            optional=("count",))
+        check_plain_state(self, state["input"])
+        self._worker_check(state["input"])
+
+        def restore() -> None:
+            self._generation += 1
+            self._pool.send(0, ["restore", self._generation, state["input"]])
+            self._last_state = state["input"]
+            self._count = state.get("count", 0)
+            self._resume_pending = True
+        plan.then(restore)
 
     def close(self) -> None:
         """Stop the workers (within about a second), free their pipes and shared memory, and
@@ -362,7 +420,7 @@ class _CopyThread(StoppableThread):
                 if empty_passes_mean_stuck(self.ds, empty):
                     raise _empty_epoch_error(self.ds)
         except BaseException as err:  # reported to the consumer, which raises it
-            self._failures.append((self.name, err, traceback.format_exc()))
+            self._failures.append((self.name, err))
 
 
 def _stop_threads(threads: List[StoppableThread]) -> None:
@@ -406,7 +464,7 @@ class MultiThreadRunner(DataFlow):
         self.num_prefetch = _check_positive(name, "num_prefetch", num_prefetch)
         self._dfs = [get_df() for _ in range(num_thread)]
         self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=num_prefetch)
-        self._failures: List[Tuple[str, BaseException, str]] = []   # (thread name, error, traceback)
+        self._failures: List[Tuple[str, BaseException]] = []   # (thread name, error)
         self._threads: List[_CopyThread] = []
         self._guard = DataFlowReentrantGuard(name)
         self._finalizer: Optional[weakref.finalize] = None
@@ -439,9 +497,8 @@ class MultiThreadRunner(DataFlow):
                 for rank, t in enumerate(self._threads)]
 
     def _raise_failure(self) -> None:
-        name, err, text = self._failures[0]
-        raise worker_error_class(type(err))(type(self).__name__, name, remote_traceback=text,
-                                            reason="raised {}: {}".format(type(err).__name__, err)) from err
+        name, err = self._failures[0]
+        raise error_from_exception(type(self).__name__, name, err) from err
 
     def __iter__(self) -> Iterator[Any]:
         if not self._threads or self._finalizer is None or not self._finalizer.alive:

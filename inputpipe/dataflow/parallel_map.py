@@ -22,7 +22,6 @@ Example::
 import collections
 import queue
 import time
-import traceback
 import weakref
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
@@ -30,10 +29,11 @@ import numpy as np
 
 from ..utils.compat import no_other_arguments, renamed_argument, warn_deprecated
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
-from ..utils.errors import WorkerError, worker_error_class
+from ..utils.errors import WorkerError, error_from_exception
 from ..utils.seeding import datapoint_context, derive_seed, new_rng
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 from ._map_position import MapPosition, checked_map_state
+from ._state import StatePlan, check_input_state
 from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, empty_passes_mean_stuck,
                    empty_passes_text, get_length)
 from .common import BatchData
@@ -196,9 +196,9 @@ class _ParallelMapBase(ProxyDataFlow):
         state.update(fields)
         return state
 
-    def set_state(self, state: Dict[str, Any]) -> None:
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
         """Continue after the datapoint ``state`` was taken at (from :meth:`get_state` of a map with
-        the same arguments; any number of workers). Call it after ``reset_state()``."""
+        the same arguments; any number of workers). Call ``set_state`` after ``reset_state()``."""
         name = type(self).__name__
         why = self._resumability()
         if why is not None:
@@ -206,11 +206,15 @@ class _ParallelMapBase(ProxyDataFlow):
         if not self._started or self._closed:
             raise RuntimeError("{}: call reset_state() before set_state(){}".format(
                 name, " (it is closed)" if self._closed else ""))
-        state = checked_map_state(self, state, self.ordered)
-        self.ds.set_state(state["input"])
-        self.base_seed = state["seed"]
-        self._position.start(state["epoch"], state["index"], state["done"], state["input"])
-        self._in_epoch = self._resume_pending = True
+        size = get_length(self.ds)
+        state = checked_map_state(self, state, self.ordered, None if size is None else -(-size // self._task_size))
+        check_input_state(self, self.ds, state["input"], plan)
+
+        def restore() -> None:
+            self.base_seed = state["seed"]
+            self._position.start(state["epoch"], state["index"], state["done"], state["input"])
+            self._in_epoch = self._resume_pending = True
+        plan.then(restore)
 
     # ---------------------------------------------------------------------------- scheduling
 
@@ -393,7 +397,7 @@ class _MapThread(StoppableThread):
                 self.items += 1
                 self._out.put((self.rank, [generation, ticket, result]))
             except BaseException as err:  # reported to the consumer, which raises it
-                self._out.put((self.rank, (err, traceback.format_exc())))
+                self._out.put((self.rank, (err,)))
                 return
 
 
@@ -465,10 +469,8 @@ class MultiThreadMapData(_ParallelMapBase):
         except queue.Empty:
             return None
         if isinstance(answer, tuple):
-            err, text = answer
-            self._failure = worker_error_class(type(err))(
-                type(self).__name__, self._threads[rank].name, remote_traceback=text,
-                reason="raised {}: {}".format(type(err).__name__, err))
+            err, = answer
+            self._failure = error_from_exception(type(self).__name__, self._threads[rank].name, err)
             self._failure.__cause__ = err
             raise self._failure
         return rank, answer

@@ -60,18 +60,17 @@ from multiprocessing import reduction
 import queue
 import tempfile
 import time
-import traceback
 import weakref
 from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
-from . import serialize
+from . import fork_guard, serialize
 from .concurrency import StoppableThread
 from .copying import ParallelCopier
 from ._regions import FREE as _FREE, RECEIVED as _RECEIVED, SHM_MIN_BYTES, Regions as _Regions
 from ._regions import aligned as _aligned, table as _table, table_bytes as _table_bytes
-from .errors import exception_type_named
+from .errors import exception_type_named, failure_report
 from .logger import get_logger
 
 __all__ = ["open_channel", "ParentEnd", "WorkerSpec", "WorkerEnd", "DEFAULT_SHM_BYTES"]
@@ -172,6 +171,8 @@ def open_channel(component: str, shm_bytes: int = DEFAULT_SHM_BYTES,
             connection.close()
         raise
     spec = WorkerSpec(result_writer, command_reader, fd, capacity)
+    # other processes forked here (nested workers, a map_func that forks) must not hold these
+    fork_guard.keep_out_of_forks(*[c.fileno() for c in made], *([] if fd is None else [fd]))
     notices = set() if notices is None else notices
     return ParentEnd(component, result_reader, command_writer, mm, capacity, notices), spec
 
@@ -200,9 +201,15 @@ class WorkerSpec:
             state["shm_fd"] = reduction.DupFd(self.shm_fd)
         return state
 
+    def handed_over(self) -> List[int]:
+        """The descriptors the worker keeps (see :func:`~inputpipe.utils.fork_guard.handing_over`)."""
+        return [self.result_writer.fileno(), self.command_reader.fileno()] + (
+            [self.shm_fd] if isinstance(self.shm_fd, int) else [])
+
     def close_in_parent(self) -> None:
         """After the worker started: drop the parent's copies of the worker's pipe ends and of the
         segment's descriptor (the worker has its own)."""
+        fork_guard.forget(*self.handed_over())
         self.result_writer.close()
         self.command_reader.close()
         if isinstance(self.shm_fd, int):
@@ -239,6 +246,9 @@ class WorkerEnd:
         self._mm: Optional[mmap.mmap] = None
         self._regions: Optional[_Regions] = None
         self._fd = spec._take_fd()
+        # a worker that forks (a nested parallel flow, a map_func) keeps its channel to itself
+        fork_guard.keep_out_of_forks(self._conn.fileno(), self._commands.fileno(),
+                                     *([] if self._fd is None else [self._fd]))
         self._committed = 0           # bytes at the start of the data area backed by memory
         if self._fd is not None:
             self._mm = mmap.mmap(self._fd, _table_bytes(self._capacity) + self._capacity, flags=mmap.MAP_SHARED)
@@ -358,13 +368,14 @@ class WorkerEnd:
         return sum(lengths)
 
     def send_error(self, exc: BaseException) -> None:
-        """Report ``exc`` (with its traceback text) to the parent; ignores a closed pipe."""
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        summary = "{}: {}".format(type(exc).__name__, exc)
-        kind = type(exc)
+        """Report ``exc`` (with its traceback text; see :func:`~inputpipe.utils.errors.failure_report`)
+        to the parent; ignores a closed pipe."""
+        report = failure_report(exc)
+        kind = report.original_type
         try:
-            self._send_control({"k": _ERROR, "tb": text, "what": summary,
-                                "mod": str(getattr(kind, "__module__", "")), "qn": kind.__qualname__})
+            self._send_control({"k": _ERROR, "tb": report.traceback, "what": report.reason, "via": list(report.nested),
+                                "mod": str(getattr(kind, "__module__", "")) if kind else "",
+                                "qn": kind.__qualname__ if kind else ""})
         except OSError:
             pass
 
@@ -420,7 +431,7 @@ class ParentEnd:
 
     Example::
 
-        kind, value = end.receive()   # ("data", dp) or ("error", (summary, traceback, type or None))
+        kind, value = end.receive()   # ("data", dp) or ("error", (reason, traceback, type or None, nested))
     """
 
     def __init__(self, component: str, result_reader, command_writer, mm, capacity: int, notices: set):
@@ -437,9 +448,10 @@ class ParentEnd:
         self.items = 0
 
     def receive(self) -> Tuple[str, Any]:
-        """Read one message: ``("data", datapoint)`` or ``("error", (summary, traceback, type))``,
-        where ``type`` is the class of the worker's exception if it is importable here (else
-        None). Raises EOFError/OSError when the worker's end is gone."""
+        """Read one message: ``("data", datapoint)`` or ``("error", (reason, traceback, type,
+        nested))`` (see :class:`~inputpipe.utils.errors.FailureReport`), where ``type`` is the class
+        of the worker's exception if it is importable here (else None). Raises EOFError/OSError
+        when the worker's end is gone."""
         control = serialize.loads(self.connection.recv_bytes(), max_bytes=_INTERNAL_MAX_BYTES, copy=True)
         kind = control.get("k") if isinstance(control, dict) else None
         if kind in (_INLINE, _DATA):
@@ -448,7 +460,7 @@ class ParentEnd:
             return "data", control["v"]
         if kind == _ERROR:
             return "error", (control["what"], control["tb"],
-                             exception_type_named(control.get("mod"), control.get("qn")))
+                             exception_type_named(control.get("mod"), control.get("qn")), control.get("via", []))
         if kind != _DATA:
             raise serialize.WireFormatError("{}: expected a message from a worker, got {!r}".format(
                 self.component, control))
@@ -500,6 +512,8 @@ class ParentEnd:
 
     def close(self) -> None:
         """Close the pipes and drop the segment (its memory lives while arrays still use it)."""
+        if not self.connection.closed:
+            fork_guard.forget(self.connection.fileno(), self._commands.fileno())
         self.connection.close()
         self._commands.close()
         self._states = None

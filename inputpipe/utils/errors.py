@@ -16,10 +16,12 @@ Example::
 import signal
 import sys
 import threading
+import traceback
 import weakref
-from typing import Optional, Type
+from typing import NamedTuple, Optional, Sequence, Tuple, Type
 
-__all__ = ["WorkerError", "worker_error_class", "exception_type_named"]
+__all__ = ["WorkerError", "worker_error_class", "exception_type_named", "FailureReport", "failure_report",
+           "error_from_exception"]
 
 
 def _signal_name(signum: int) -> str:
@@ -57,7 +59,7 @@ class WorkerError(RuntimeError):
 
     def __init__(self, component: str, worker: str, pid: Optional[int] = None,
                  exitcode: Optional[int] = None, remote_traceback: Optional[str] = None,
-                 reason: Optional[str] = None):
+                 reason: Optional[str] = None, nested: Sequence[str] = ()):
         self.component = component
         self.worker = worker
         self.pid = pid
@@ -65,9 +67,19 @@ class WorkerError(RuntimeError):
         self.remote_traceback = remote_traceback
         self.signal_number = -exitcode if exitcode is not None and exitcode < 0 else None
         self.signal_name = _signal_name(self.signal_number) if self.signal_number else None
-        self.reason = reason
-        self.message = self._describe(reason)
+        #: What happened to the worker where the failure began, e.g. ``"raised KeyError: 'x'"``.
+        self.reason = reason or self._default_reason()
+        #: The workers of nested parallel flows the failure came through, outermost first (empty
+        #: when it began in this worker), e.g. ``("MultiProcessMapData: worker 1 (pid 4242)",)``.
+        self.nested = tuple(nested)
+        self.message = self._describe()
         super().__init__(self.message)
+
+    @property
+    def where(self) -> str:
+        """``"component: worker (pid N)"``."""
+        who = "{}: {}".format(self.component, self.worker)
+        return who + (" (pid {})".format(self.pid) if self.pid is not None else "")
 
     def __str__(self) -> str:
         # not the original class' __str__ (KeyError's would quote the whole message)
@@ -75,28 +87,70 @@ class WorkerError(RuntimeError):
 
     def __reduce__(self):
         return _rebuild, (self.original_type, self.component, self.worker, self.pid, self.exitcode,
-                          self.remote_traceback, self.reason)
+                          self.remote_traceback, self.reason, self.nested)
 
-    def _describe(self, reason: Optional[str]) -> str:
-        who = "{}: {}".format(self.component, self.worker)
-        if self.pid is not None:
-            who += " (pid {})".format(self.pid)
-        if reason is None:
-            if self.signal_name:
-                reason = "was killed by {} (signal {}); the OOM killer sends SIGKILL when memory runs out".format(
-                    self.signal_name, self.signal_number)
-            elif self.exitcode is not None:
-                reason = "exited unexpectedly with exit code {}".format(self.exitcode)
-            else:
-                reason = "failed"
-        message = "{} {}".format(who, reason)
+    def _default_reason(self) -> str:
+        if self.signal_name:
+            return "was killed by {} (signal {}); the OOM killer sends SIGKILL when memory runs out".format(
+                self.signal_name, self.signal_number)
+        if self.exitcode is not None:
+            return "exited unexpectedly with exit code {}".format(self.exitcode)
+        return "failed"
+
+    def _describe(self) -> str:
+        message = "{} {}".format(self.where, self.reason)
+        if self.nested:
+            message += " in the nested worker {}".format(" > ".join(self.nested))
         if self.remote_traceback:
             message += "\n\nTraceback in the worker:\n" + self.remote_traceback.rstrip()
         return message
 
 
-def _rebuild(original_type, component, worker, pid, exitcode, remote_traceback, reason) -> WorkerError:
-    return worker_error_class(original_type)(component, worker, pid, exitcode, remote_traceback, reason)
+def _rebuild(original_type, component, worker, pid, exitcode, remote_traceback, reason, nested=()) -> WorkerError:
+    return worker_error_class(original_type)(component, worker, pid, exitcode, remote_traceback, reason, nested)
+
+
+class FailureReport(NamedTuple):
+    """What a worker tells its parent about the exception that ended it (:func:`failure_report`)."""
+
+    #: How the failure began, e.g. ``"raised KeyError: 'x'"`` or ``"was killed by SIGKILL ..."``.
+    reason: str
+    #: The traceback where it began, then the path it took through each nested worker.
+    traceback: str
+    #: The class of the exception where it began (None when a worker died without one).
+    original_type: Optional[type]
+    #: The nested workers it came through, outermost first.
+    nested: Tuple[str, ...]
+
+
+def failure_report(err: BaseException) -> FailureReport:
+    """Describe ``err``, raised in a worker, for its parent.
+
+    A :class:`WorkerError` from a parallel flow inside the worker is passed on as the failure it
+    began as (its class, reason and traceback), with the nested worker added to the path, so the
+    trainer sees the innermost exception's type and traceback once, whatever the depth.
+
+    Example::
+
+        report = failure_report(err)      # in the worker
+        error = error_from_exception("MyFlow", "worker 0", err)    # or, in the same process
+    """
+    if isinstance(err, WorkerError):
+        passed_on = "".join(traceback.format_tb(err.__traceback__))
+        text = (err.remote_traceback or "").rstrip()
+        text += "\n\nThe parent of {} received it here:\nTraceback (most recent call last):\n{}".format(err.where, passed_on)
+        return FailureReport(err.reason, text, err.original_type, (err.where,) + err.nested)
+    text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    return FailureReport("raised {}: {}".format(type(err).__name__, err), text, type(err), ())
+
+
+def error_from_exception(component: str, worker: str, err: BaseException, pid: Optional[int] = None) -> WorkerError:
+    """The :class:`WorkerError` for ``err``, raised in worker ``worker`` (a thread, or a process
+    whose exception object came back): the original class where it began (also through nested
+    parallel flows), its reason and traceback."""
+    report = failure_report(err)
+    return worker_error_class(report.original_type)(component, worker, pid, remote_traceback=report.traceback,
+                                                    reason=report.reason, nested=report.nested)
 
 
 _derived: "weakref.WeakKeyDictionary[type, type]" = weakref.WeakKeyDictionary()

@@ -44,7 +44,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Set, Tuple
 
-from . import seeding
+from . import fork_guard, seeding
 from .allocator import tune_worker_allocator
 from .concurrency import POLL_INTERVAL, StoppableThread
 from .errors import WorkerError, worker_error_class
@@ -117,6 +117,16 @@ class _ParentWatchdog(StoppableThread):
                 os._exit(1)
 
 
+def _allow_children() -> None:
+    """Let this worker start workers of its own (a parallel DataFlow inside another one).
+
+    The parent starts its workers as daemons, so that multiprocessing stops them at the parent's
+    exit, and Python refuses children to a daemonic process. In the worker the flag has done its
+    job; clearing it there lets the worker's own flows start theirs, which are daemons of the
+    worker in turn and die with it (death signal, watchdog, and the worker's exit)."""
+    mp.current_process().daemon = False
+
+
 def _worker_main(target: Callable, rank: int, args: Sequence[Any], parent_pid: int,
                  death_signal: bool, global_seed: Optional[int]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -127,6 +137,7 @@ def _worker_main(target: Callable, rank: int, args: Sequence[Any], parent_pid: i
     if os.getppid() != parent_pid:  # the parent died before we got here
         os._exit(1)
     _ParentWatchdog(parent_pid).start()
+    _allow_children()
     seeding.enter_worker(rank, global_seed)
     tune_worker_allocator()
     target(rank, *args)
@@ -141,7 +152,7 @@ class WorkerProcesses:
 
         procs = WorkerProcesses("MyRunner", serve, [(conn_a,), (conn_b,)], start_method="fork")
         procs.start()
-        wait(procs.sentinels, timeout=0.05)   # readable when a worker ends
+        wait(procs.exit_fds, timeout=0.05)    # readable when a worker ends
         procs.close()
     """
 
@@ -153,7 +164,9 @@ class WorkerProcesses:
         self._args = [tuple(a) for a in args_per_worker]
         self.processes: List[mp.Process] = []
         self._pids: List[int] = []          # kept after close(), which releases the process objects
-        self._finalizer = weakref.finalize(self, _stop_processes, self.processes)
+        self._exit_fds: List[int] = []
+        self._pidfds: List[int] = []        # the exit descriptors this object opened (and closes)
+        self._finalizer = weakref.finalize(self, _stop_processes, self.processes, self._pidfds, os.getpid())
 
     def start(self) -> None:
         """Start every worker."""
@@ -177,21 +190,41 @@ class WorkerProcesses:
         proc.start()
         self.processes.append(proc)
         self._pids.append(proc.pid)
+        self._exit_fds.append(self._watch_exit(proc))
         return rank
+
+    def _watch_exit(self, proc: mp.process.BaseProcess) -> int:
+        """A descriptor that becomes readable when ``proc`` exits: a pidfd, which watches the
+        process itself, where Linux has them (5.3+); else multiprocessing's sentinel, a pipe
+        that also stays open while a child the worker forked holds its end."""
+        pid_open = getattr(os, "pidfd_open", None)
+        if pid_open is not None:
+            try:
+                fd = pid_open(proc.pid)
+            except OSError as err:       # an old kernel (ENOSYS), or a sandbox that forbids it
+                logger.debug("%s: pidfd_open(%d) failed (%s); watching the sentinel pipe", self.component,
+                             proc.pid, err)
+            else:
+                self._pidfds.append(fd)
+                return fd
+        return proc.sentinel
 
     @property
     def pids(self) -> List[int]:
         return list(self._pids)
 
     @property
-    def sentinels(self) -> List[int]:
-        """File descriptors that become readable when the matching worker exits."""
-        return [p.sentinel for p in self.processes]
+    def exit_fds(self) -> List[int]:
+        """File descriptors that become readable when the matching worker exits, however many
+        processes hold its pipes (see :meth:`_watch_exit`)."""
+        return list(self._exit_fds)
 
-    def worker_error(self, rank: int, remote_traceback: Optional[str] = None,
-                     reason: Optional[str] = None, original_type: Optional[type] = None) -> WorkerError:
+    def worker_error(self, rank: int, remote_traceback: Optional[str] = None, reason: Optional[str] = None,
+                     original_type: Optional[type] = None, nested: Sequence[str] = ()) -> WorkerError:
         """A :class:`WorkerError` for worker ``rank``, with its exit code if it has ended; also an
-        instance of ``original_type`` (the class of the worker's exception) where possible."""
+        instance of ``original_type`` (the class of the worker's exception) where possible;
+        ``nested``: the nested workers the failure came through (see
+        :func:`~inputpipe.utils.errors.failure_report`)."""
         proc = self.processes[rank]
         try:
             if reason is None and remote_traceback is None:
@@ -200,7 +233,7 @@ class WorkerProcesses:
         except ValueError:                              # released by close()
             exitcode = None
         return worker_error_class(original_type)(self.component, "worker {}".format(rank), self._pids[rank],
-                                                 exitcode, remote_traceback, reason)
+                                                 exitcode, remote_traceback, reason, nested)
 
     def close(self) -> None:
         """Stop every worker: SIGTERM, then SIGKILL after a short grace period; reap them all."""
@@ -208,7 +241,18 @@ class WorkerProcesses:
             self._finalizer()
 
 
-def _stop_processes(processes: List[mp.Process]) -> None:
+def _stop_processes(processes: List[mp.Process], pidfds: List[int], owner_pid: int) -> None:
+    if os.getpid() != owner_pid:
+        return          # a forked copy of the owner: the workers are not this process' children
+    try:
+        _stop_started(processes)
+    finally:
+        for fd in pidfds:
+            os.close(fd)
+        pidfds.clear()
+
+
+def _stop_started(processes: List[mp.Process]) -> None:
     processes = [proc for proc in processes if proc.pid is not None]    # started ones
     for proc in processes:
         if proc.exitcode is None:
@@ -307,7 +351,8 @@ class WorkerPool:
             try:
                 end, spec = channel.open_channel(self.component, self._shm_bytes, notices)
                 self._ends.append(end)
-                procs.add((self._target, spec) + self._args)
+                with fork_guard.handing_over(spec.handed_over()):
+                    procs.add((self._target, spec) + self._args)
             except BaseException as err:
                 self._finalizer()
                 if isinstance(err, OSError):
@@ -321,9 +366,9 @@ class WorkerPool:
         # made after the workers forked, so that none of them shares it
         self._selector = selectors.DefaultSelector()
         selectors_made.append(self._selector)
-        for rank, (end, sentinel) in enumerate(zip(self._ends, procs.sentinels)):
+        for rank, (end, exit_fd) in enumerate(zip(self._ends, procs.exit_fds)):
             self._selector.register(end.connection, selectors.EVENT_READ, (_MESSAGE, rank))
-            self._selector.register(sentinel, selectors.EVENT_READ, (_ENDED, rank))
+            self._selector.register(exit_fd, selectors.EVENT_READ, (_ENDED, rank))
 
     def _start_error(self, rank: int, err: OSError) -> OSError:
         what = err.strerror or str(err)
@@ -370,17 +415,17 @@ class WorkerPool:
             except (EOFError, OSError):
                 raise self._fail(self._worker_error(rank)) from None
             if kind == "error":
-                summary, remote_traceback, original_type = value
-                raise self._fail(self._worker_error(rank, remote_traceback, "raised " + summary, original_type))
+                reason, remote_traceback, original_type, nested = value
+                raise self._fail(self._worker_error(rank, remote_traceback, reason, original_type, nested))
             self._next_rank = rank + 1
             return rank, value
         return None
 
     def _worker_error(self, rank: int, remote_traceback: Optional[str] = None, reason: Optional[str] = None,
-                      original_type: Optional[type] = None) -> WorkerError:
+                      original_type: Optional[type] = None, nested: Sequence[str] = ()) -> WorkerError:
         """:meth:`WorkerProcesses.worker_error` of the started workers."""
         assert self._procs is not None      # a worker can fail only after start()
-        return self._procs.worker_error(rank, remote_traceback, reason, original_type)
+        return self._procs.worker_error(rank, remote_traceback, reason, original_type, nested)
 
     def _ready(self, timeout: float) -> Tuple[Set[int], Set[int]]:
         """``(ranks with a message, ranks whose process ended)``, waiting up to ``timeout`` for
