@@ -445,3 +445,20 @@ def test_another_thread_forking_while_a_pool_starts_does_not_delay_the_report_of
         kill_all(sleepers)
         for pid in sleepers:
             os.waitpid(pid, 0)
+
+
+def test_a_runner_of_a_process_map_inside_queue_input_in_worker_feeds_every_value():
+    import tensorflow as tf
+    from inputpipe.input_source import QueueInput
+
+    inner = MultiProcessMapData(DataFromList([[i] for i in range(24)], shuffle=False), 2, _square, strict=True)
+    source = QueueInput(BatchData(MultiProcessRunnerZMQ(inner, 1), 4), infinite=False, in_worker=True)
+    with tf.Graph().as_default():
+        source.setup([tf.TensorSpec([None], tf.int64, "x")])
+        x, = source.get_input_tensors()
+        values = []
+        with tf.compat.v1.Session() as sess, source.session(sess):
+            for _ in range(6):
+                values += sess.run(x).tolist()
+        source.close()
+    assert sorted(values) == [i * i for i in range(24)]
