@@ -89,7 +89,8 @@ def test_library_chains_and_plain_subclasses_are_resumable():
 
 @pytest.mark.parametrize("make, state, message", [
     (lambda: FakeData([[1]]), {"type": "DataFromList", "epoch": 0, "position": 0, "size": 3, "seed": None},
-     r"FakeData.set_state: expected a state of FakeData \(fields epoch \(int\), position \(int\), seed \(int\)\), "
+     r"FakeData.set_state: expected a state of FakeData \(fields epoch \(int\), position \(int\), "
+     r"seed \(int in 0..4294967295\)\), "
      r"got a state of DataFromList"),
     (lambda: DataFromList([[1], [2]], shuffle=False), {"type": "DataFromList", "epoch": 0, "position": 1, "size": 3,
                                                        "seed": None},

@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from ._helpers import END, EpochCursor, check_positive_int, close_iterators, epoch_rng, length_of
+from ._state import SEED, IntRange, ListOf, StatePlan, check_input_state
 from .base import (
     DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, StateMismatchError, check_state,
     empty_passes_mean_stuck, empty_passes_text, get_length, is_resumable, require_rng,
@@ -22,6 +23,9 @@ from .base import (
 from .seeding import new_rng
 
 __all__ = ["LocallyShuffleData", "CacheData"]
+
+#: A LocallyShuffleData state may make a restore re-read at most this many buffers (see _check_state).
+_REPLAY_BUFFERS = 64
 
 
 class _EntryNumbers:
@@ -66,10 +70,13 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
 
     Resuming: the k-th shuffle draws from a RandomState seeded from (base seed, k). The state
     holds no data: the numbers of the entries in the buffer (in buffer order: the list made at
-    the last shuffle, up to one int per buffered entry, and the run of entries added since), the
-    input's state from before the oldest of them was read, and counters. A
-    restore re-reads the input from there up to where the buffer was, keeps the entries that
-    were in the buffer, and continues; the re-read datapoints are not yielded again.
+    the last shuffle, up to one int per buffered entry, and the run of entries added since), an
+    input state from at most ``buffer_size // (8 * num_reuse)`` input datapoints before the
+    oldest of them was read, and counters. A restore re-reads the input from there up to where
+    the buffer was, keeps the entries that were in the buffer, and continues; the re-read
+    datapoints are not yielded again. For that the flow keeps the input's state once every
+    ``buffer_size // (8 * num_reuse)`` input datapoints (at least every one) since the oldest
+    datapoint in the buffer: about 90 small dicts for any buffer size.
 
     Example::
 
@@ -83,6 +90,9 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         if shuffle_interval is None:
             shuffle_interval = max(1, self.buffer_size // 3)
         self.shuffle_interval = check_positive_int("LocallyShuffleData", "shuffle_interval", shuffle_interval)
+        #: the input's state is kept before every this many input datapoints (a restore re-reads
+        #: at most this many more than it needs)
+        self._checkpoint_every = max(1, self.buffer_size // (8 * self.num_reuse))
         self._guard = DataFlowReentrantGuard("LocallyShuffleData")
         self._clear()
 
@@ -90,7 +100,8 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         self._buffer: deque = deque()
         self._numbers = _EntryNumbers([], 0, 0)  # the entry number of each buffered datapoint
         self._held: Dict[int, int] = {}    # input datapoint number -> its entries in the buffer
-        self._before: deque = deque()      # (input datapoint number, input state before it)
+        self._lowest = 0                   # no input datapoint before this one is still needed
+        self._before: deque = deque()      # (input datapoint number, input state before it), sparse
         self._source: Optional[Iterator[Any]] = None
         self._entries = 0
         self._produced = 0
@@ -110,17 +121,21 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
 
     def _entries_from(self, first_entry: int) -> Iterator[Any]:
         """Input datapoints, each ``num_reuse`` times, epoch after epoch, as (entry number, dp);
-        ``END`` between epochs. Records the input's state before each datapoint it reads."""
+        ``END`` between epochs. Records the input's state before the first datapoint it reads and
+        before every ``_checkpoint_every``-th one."""
         ds, reuse, entry = self.ds, self.num_reuse, first_entry
+        first, every = first_entry // reuse, self._checkpoint_every
         while True:
             itr = iter(ds)
             try:
                 while True:
-                    if self._record:
-                        self._before.append((entry // reuse, ds.get_state()))
+                    number = entry // reuse
+                    recorded = self._record and (number % every == 0 or number == first)
+                    if recorded:
+                        self._before.append((number, ds.get_state()))
                     dp = next(itr, END)
                     if dp is END:
-                        if self._record:
+                        if recorded:
                             self._before.pop()
                         break
                     for _ in range(reuse):
@@ -139,9 +154,15 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         found: Dict[int, Any] = {}
         entry = restore["anchor_entry"]
         self._source = self._entries_from(entry)
+        empty, entry_before = 0, entry
         while entry < restore["entries"]:
             item = next(self._source)
             if item is END:
+                empty, entry_before = (0 if entry > entry_before else empty + 1), entry
+                if empty_passes_mean_stuck(self.ds, empty):
+                    raise RuntimeError("LocallyShuffleData: restoring a state, its input produced no datapoints in {}, "
+                                       "so entries {}..{} cannot be read again".format(
+                                           empty_passes_text(empty, "an epoch", "epochs"), entry, restore["entries"]))
                 continue
             entry, dp = item
             if entry in wanted:
@@ -152,6 +173,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         self._held = {}
         for e in slots:
             self._held[e // self.num_reuse] = self._held.get(e // self.num_reuse, 0) + 1
+        self._lowest = min(self._held, default=restore["entries"] // self.num_reuse)
         self._entries = restore["entries"]
 
     def __iter__(self) -> Iterator[Any]:
@@ -201,7 +223,8 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
                 gone = self._numbers.popleft() // reuse
                 if held[gone] == 1:
                     del held[gone]
-                    self._prune_before()
+                    if gone == self._lowest:
+                        self._prune_before()
                 else:
                     held[gone] -= 1
                 buffer.append(dp)
@@ -220,24 +243,35 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         self._numbers.shuffle(order, next_entry)
 
     def _prune_before(self) -> Optional[int]:
-        """Forget the input states of datapoints that left the buffer for good; returns the
-        number of the input datapoint whose reuses are not all in yet (None if there is none)."""
-        reuse, before, held = self.num_reuse, self._before, self._held
-        current = (self._entries - 1) // reuse if self._entries % reuse else None
-        while before and before[0][0] not in held and before[0][0] != current:
+        """Forget the input states no restore needs any more; returns the number of the oldest
+        input datapoint a restore must read again (in the buffer, or whose reuses are not all in
+        yet), None when there is none."""
+        reuse, held = self.num_reuse, self._held
+        newest = (self._entries - 1) // reuse if self._entries else -1
+        partial = newest if self._entries % reuse else None
+        low = self._lowest
+        while low <= newest and low not in held and low != partial:
+            low += 1
+        self._lowest = low
+        before = self._before
+        if low > newest:
+            before.clear()
+            return None
+        while len(before) > 1 and before[1][0] <= low:
             before.popleft()
-        return current
+        return low
 
     def get_state(self) -> Dict[str, Any]:
         """``{"type", "seed", "entries", "shuffled", "dropped", "tail_from", "anchor", "anchor_entry",
         "produced", "since_epoch"}``: the buffer holds the entries ``shuffled[dropped:]`` followed by
-        ``tail_from..entries-1``; ``shuffled`` is the list made at the last shuffle, shared, not copied."""
-        before, held, numbers = self._before, self._held, self._numbers
-        current = self._prune_before()
-        reuse = self.num_reuse
-        if before and (before[0][0] in held or before[0][0] == current):
-            anchor_dp, anchor = before[0]
-            anchor_entry = anchor_dp * reuse
+        ``tail_from..entries-1``; ``shuffled`` is the list made at the last shuffle, shared, not copied;
+        ``anchor`` is the input's state before entry ``anchor_entry``, at or shortly before the
+        oldest buffered one."""
+        numbers = self._numbers
+        oldest = self._prune_before()
+        if oldest is not None and self._before:
+            anchor_dp, anchor = self._before[0]
+            anchor_entry = anchor_dp * self.num_reuse
         else:
             anchor, anchor_entry = self.ds.get_state(), self._entries
         return {"type": "LocallyShuffleData", "seed": self.base_seed, "entries": self._entries,
@@ -245,25 +279,52 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
                 "anchor": anchor, "anchor_entry": anchor_entry,
                 "produced": self._produced, "since_epoch": self._since_epoch}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        state = check_state(self, state, {"seed": int, "entries": int, "shuffled": list, "dropped": int,
-                                          "tail_from": int, "anchor": dict, "anchor_entry": int, "produced": int,
-                                          "since_epoch": int})
-        slots = []
-        if 0 <= state["dropped"] <= len(state["shuffled"]) and state["tail_from"] <= state["entries"]:
-            slots = _EntryNumbers(state["shuffled"], state["dropped"], state["tail_from"]).current(state["entries"])
-        if not slots and state["entries"] or len(slots) > self.buffer_size or any(
-                not (isinstance(e, int) and state["anchor_entry"] <= e < state["entries"]) for e in slots):
-            raise StateMismatchError("LocallyShuffleData.set_state: the state's buffer of {} entries does not "
-                                     "fit buffer_size={} and entries {}..{}".format(
-                                         len(slots), self.buffer_size, state["anchor_entry"], state["entries"]))
-        if self._source is not None:
-            close_iterators([self._source])
-        self._clear()
-        self.ds.set_state(state["anchor"])
-        self.base_seed = state["seed"]
-        self._entries = state["entries"]
-        self._restore = state
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        name, size, reuse, every = "LocallyShuffleData", self.buffer_size, self.num_reuse, self._checkpoint_every
+        target, input_size = get_length(self), get_length(self.ds)
+        state = check_state(self, state, {
+            "seed": SEED, "entries": int, "shuffled": list, "dropped": IntRange(0, size), "tail_from": int,
+            "anchor": dict, "anchor_entry": int, "produced": IntRange(0, target),
+            "since_epoch": IntRange(0, None if input_size is None else input_size * reuse)})
+        entries, tail_from, dropped, shuffled = state["entries"], state["tail_from"], state["dropped"], state["shuffled"]
+        anchor_entry = state["anchor_entry"]
+        # Sizes first, from numbers only: nothing is built from them before they fit the buffer.
+        kept = len(shuffled) - dropped if len(shuffled) <= size else -1
+        if not (0 <= kept and tail_from <= entries and kept + entries - tail_from == min(entries, size)):
+            raise StateMismatchError("{}.set_state: the state's buffer ({} of {} shuffled entries kept, entries {}..{} "
+                                     "added since) does not hold min(entries, buffer_size) = min({}, {}) entries".format(
+                                         name, kept, len(shuffled), tail_from, entries, entries, size))
+        problem = ListOf(IntRange(0, tail_from - 1), most=size, distinct=True).problem(shuffled)
+        kept_from = min(shuffled[dropped:], default=tail_from) if problem is None else 0
+        if problem is None and kept_from < anchor_entry:
+            problem = "entry {} in the buffer comes before the anchor {}".format(kept_from, anchor_entry)
+        if problem is not None:
+            raise StateMismatchError("{}.set_state: field 'shuffled' must be distinct entry numbers below tail_from {}: "
+                                     "{}".format(name, tail_from, problem))
+        oldest = min(kept_from, tail_from) if entries else entries
+        # the anchor is the input's state at a kept checkpoint: at most `every` input datapoints
+        # before the oldest buffered one (at it, when the buffer is empty)
+        if anchor_entry % reuse or not 0 <= oldest // reuse - anchor_entry // reuse < (every if entries else 1):
+            raise StateMismatchError("{}.set_state: anchor_entry {} does not fit: expected the first entry of an input "
+                                     "datapoint at most {} datapoints before the oldest buffered entry {}".format(
+                                         name, anchor_entry, every, oldest))
+        # A buffered entry leaves after about buffer_size more entries (e-fold): one older than
+        # _REPLAY_BUFFERS buffers has a probability below 1e-20, and would be re-read in full.
+        most = _REPLAY_BUFFERS * size + every * reuse
+        if entries - anchor_entry > most:
+            raise StateMismatchError("{}.set_state: the state would re-read entries {}..{}, more than {} (buffer_size={} "
+                                     "x {} + {})".format(name, anchor_entry, entries, most, size, _REPLAY_BUFFERS,
+                                                         every * reuse))
+        check_input_state(self, self.ds, state["anchor"], plan)
+
+        def restore() -> None:
+            if self._source is not None:
+                close_iterators([self._source])
+            self._clear()
+            self.base_seed = state["seed"]
+            self._entries = entries
+            self._restore = state
+        plan.then(restore)
 
 
 class CacheData(ProxyDataFlow):
@@ -360,12 +421,18 @@ class CacheData(ProxyDataFlow):
         return {"type": "CacheData", "filled": True, "input": self._fill_start, "epoch": self._cursor.epoch,
                 "position": self._cursor.position, "seed": self.base_seed}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        state = check_state(self, state, {"filled": bool, "input": dict, "epoch": int, "position": int,
-                                          "seed": (int, type(None))})
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        state = check_state(self, state, {"filled": bool, "input": dict, "epoch": int,
+                                          "position": IntRange(0, get_length(self.ds)), "seed": (SEED, type(None))})
         if self.shuffle and state["seed"] is None:
             raise StateMismatchError("CacheData.set_state: shuffle=True needs a seed in the state, got None (a "
                                      "state of an unshuffled CacheData?)")
-        self.ds.set_state(state["input"])
-        self.base_seed = state["seed"] if self.shuffle else None
-        self._cache, self._restore = None, state
+        if (state["epoch"] >= 1) != state["filled"]:
+            raise StateMismatchError("CacheData.set_state: epoch {} with filled={}: the first epoch (0) fills the cache, "
+                                     "later ones read it".format(state["epoch"], state["filled"]))
+        check_input_state(self, self.ds, state["input"], plan)
+
+        def restore() -> None:
+            self.base_seed = state["seed"] if self.shuffle else None
+            self._cache, self._restore = None, state
+        plan.then(restore)

@@ -5,6 +5,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..utils.seeding import derive_seed
+from ._state import SEED, StatePlan, check_input_state
 from .base import DataFlow, DataFlowLengthUnknown, RNGDataFlow, StateMismatchError, check_state, require_rng
 
 # A sentinel for "the iterator is exhausted", distinct from every datapoint.
@@ -110,15 +111,16 @@ def input_states(flows: Sequence[Any]) -> List[Dict[str, Any]]:
     return [df.get_state() for df in flows]
 
 
-def restore_inputs(owner: Any, flows: Sequence[Any], states: Any) -> None:
-    """``set_state`` of every input from a list of states, after checking it has one per input."""
+def check_inputs(owner: Any, flows: Sequence[Any], states: Any, plan: StatePlan) -> None:
+    """Check a list of input states, one per input (``owner.set_state``'s ``"inputs"``), and
+    register their changes in ``plan``."""
     if not isinstance(states, list) or len(states) != len(flows):
         raise StateMismatchError("{}.set_state: expected a list of {} input states (one per input), got {}"
                                  .format(type(owner).__name__, len(flows),
                                          "{} of them".format(len(states)) if isinstance(states, list)
-                                         else repr(states)))
-    for df, state in zip(flows, states):
-        df.set_state(state)
+                                         else type(states).__name__))
+    for k, (df, state) in enumerate(zip(flows, states)):
+        check_input_state(owner, df, state, plan, "[{}]".format(k))
 
 
 def indexed_epoch(owner: Any, cursor: EpochCursor, size: int, shuffle: bool) -> Tuple[Sequence[int], int]:
@@ -136,20 +138,22 @@ def indexed_state(owner: Any, cursor: EpochCursor, size: int, shuffle: bool) -> 
             "seed": owner.base_seed if shuffle else None}
 
 
-def restore_indexed(owner: Any, cursor: EpochCursor, state: Any, size: int, shuffle: bool) -> Dict[str, Any]:
-    """The inverse of :func:`indexed_state`, with the checks every such flow needs."""
-    state = check_state(owner, state, {"epoch": int, "position": int, "size": int, "seed": (int, type(None))})
+def check_indexed(owner: Any, cursor: EpochCursor, state: Any, size: int, shuffle: bool, plan: StatePlan) -> None:
+    """Check the state :func:`indexed_state` made and register its restore in ``plan``."""
+    state = check_state(owner, state, {"epoch": int, "position": int, "size": int, "seed": (SEED, type(None))})
     name = type(owner).__name__
     if state["size"] != size or not 0 <= state["position"] <= size:
         raise StateMismatchError("{}.set_state: the state is of {} datapoints at position {}, but this flow has "
                                  "{}".format(name, state["size"], state["position"], size))
-    if shuffle:
-        if state["seed"] is None:
-            raise StateMismatchError("{}.set_state: shuffle=True needs a seed in the state, got None (the state "
-                                     "of an unshuffled flow?)".format(name))
-        owner.base_seed = state["seed"]
-    cursor.restore(state["epoch"], state["position"])
-    return state
+    if shuffle and state["seed"] is None:
+        raise StateMismatchError("{}.set_state: shuffle=True needs a seed in the state, got None (the state "
+                                 "of an unshuffled flow?)".format(name))
+
+    def restore() -> None:
+        if shuffle:
+            owner.base_seed = state["seed"]
+        cursor.restore(state["epoch"], state["position"])
+    plan.then(restore)
 
 
 class IndexedSource(RNGDataFlow):
@@ -196,5 +200,5 @@ class IndexedSource(RNGDataFlow):
         """``{"type", "epoch", "position", "size", "seed"}``."""
         return indexed_state(self, self._epoch_cursor(), len(self), self.shuffle)
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        restore_indexed(self, self._epoch_cursor(), state, len(self), self.shuffle)
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        check_indexed(self, self._epoch_cursor(), state, len(self), self.shuffle, plan)

@@ -18,7 +18,7 @@ Example::
 """
 from typing import Any, Dict, Iterable, Optional, Set
 
-from .base import StateMismatchError, check_state
+from ._state import MAX_STATE_COUNT, SEED, IntRange, ListOf, StateMismatchError, check_state
 
 
 class MapPosition:
@@ -74,18 +74,21 @@ class MapPosition:
                 "input": self.input_at_watermark}
 
 
-def checked_map_state(flow: Any, state: Any, ordered: bool) -> Dict[str, Any]:
-    """``state`` validated for ``flow.set_state()`` (a strict map, ``ordered`` or not); raises
-    :class:`StateMismatchError` naming the flow, what it expected and what came."""
+def checked_map_state(flow: Any, state: Any, ordered: bool, tasks: Optional[int]) -> Dict[str, Any]:
+    """``state`` checked for ``flow.set_state()`` (a strict map, ``ordered`` or not, whose epoch has
+    ``tasks`` tasks, None when unknown); raises :class:`StateMismatchError` naming the flow, what it
+    expected and what came. The ``input`` state is left to the caller."""
     name = type(flow).__name__
-    state = check_state(flow, state, {"seed": int, "epoch": int, "index": int, "done": list, "input": dict})
+    state = check_state(flow, state, {"seed": SEED, "epoch": int, "index": IntRange(0, tasks), "done": list,
+                                      "input": dict})
     index, done = state["index"], state["done"]
-    if state["seed"] < 0 or state["epoch"] < 0 or index < 0 or not all(
-            type(task) is int and task > index for task in done):
-        raise StateMismatchError("{}.set_state: expected seed, epoch, index >= 0 and done a list of ints greater "
-                                 "than index, got seed={!r} epoch={!r} index={!r} done={!r}".format(
-                                     name, state["seed"], state["epoch"], index, done))
+    problem = ListOf(IntRange(index + 1, tasks), most=MAX_STATE_COUNT if tasks is None else tasks,
+                     ascending=True).problem(done)
+    if problem is not None:
+        raise StateMismatchError("{}.set_state: expected done a list of ints greater than index {} (ascending task "
+                                 "numbers{}), got {}".format(name, index, "" if tasks is None else " up to {}".format(tasks),
+                                                             problem))
     if done and ordered:
         raise StateMismatchError("{}.set_state: the state is of an unordered map (done={!r}), this map is ordered; "
-                                 "restore with the arguments it was saved with".format(name, done))
+                                 "restore with the arguments it was saved with".format(name, done[:10]))
     return state

@@ -6,10 +6,11 @@ A DataFlow is an iterable of datapoints (a list/tuple of components, or a dict).
 import functools
 import threading
 from abc import ABCMeta, abstractmethod
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
+from ._state import StatePlan, StateMismatchError, check_state
 from .seeding import new_rng
 
 __all__ = [
@@ -54,69 +55,6 @@ class NotResumableError(TypeError):
         except NotResumableError as err:
             state = None          # the data starts over after a restart
     """
-
-
-class StateMismatchError(ValueError):
-    """Raised by ``set_state()`` when the state does not belong to this flow: another flow type,
-    another pipeline shape, missing or mistyped fields. The message names the flow, what it
-    expected and what came.
-
-    Example::
-
-        try:
-            df.set_state(saved)
-        except StateMismatchError as err:
-            print("checkpoint from another pipeline:", err)
-    """
-
-
-# What a state field may hold: one type or a tuple of them (``int`` never accepts a bool).
-FieldType = Union[type, Tuple[type, ...]]
-
-
-def _type_names(kind: FieldType) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
-
-
-def _field_ok(value: Any, kind: FieldType) -> bool:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if isinstance(value, bool) and bool not in kinds:
-        return False
-    return isinstance(value, kinds)
-
-
-def check_state(flow: Any, state: Any, fields: Mapping[str, FieldType]) -> Dict[str, Any]:
-    """Validate a state given to ``flow.set_state()``: a dict whose ``"type"`` is the flow's class
-    name and which has every field of ``fields`` (name -> type) with a value of that type.
-
-    Returns the state; raises :class:`StateMismatchError` naming the flow, the expected fields and
-    what came. Every library flow checks its state with this one function.
-
-    Example::
-
-        def set_state(self, state):
-            state = check_state(self, state, {"epoch": int, "position": int})
-            self._epoch, self._position = state["epoch"], state["position"]
-    """
-    name = type(flow).__name__
-    expected = ", ".join("{} ({})".format(key, _type_names(kind)) for key, kind in fields.items())
-    if not isinstance(state, Mapping):
-        raise StateMismatchError("{}.set_state: expected a state dict of {} with fields {}, got {}".format(
-            name, name, expected, type(state).__name__))
-    came = state.get("type")
-    if came != name:
-        raise StateMismatchError(
-            "{}.set_state: expected a state of {} (fields {}), got a state of {} (keys {}); was it saved "
-            "from a different pipeline?".format(name, name, expected, came, sorted(state)))
-    for key, kind in fields.items():
-        if key not in state:
-            raise StateMismatchError("{}.set_state: the state has no field {!r} (expected fields {}; "
-                                     "got keys {})".format(name, key, expected, sorted(state)))
-        if not _field_ok(state[key], kind):
-            raise StateMismatchError("{}.set_state: field {!r} must be {}, got {!r}".format(
-                name, key, _type_names(kind), state[key]))
-    return dict(state)
 
 
 def _default_not_resumable(cls: type) -> str:
@@ -304,13 +242,30 @@ class DataFlow(metaclass=ABCMeta):
 
         Call it between datapoints from the iterating thread, or when no iteration runs. This
         default raises :class:`NotResumableError`; resumable flows override it (and
-        :meth:`set_state`)."""
+        :meth:`set_state`, or ``_check_state``)."""
         raise _not_resumable(self)
+
+    get_state._inputpipe_resumable = False  # type: ignore[attr-defined]
 
     def set_state(self, state: Dict[str, Any]) -> None:
         """Continue from ``state`` (from :meth:`get_state` of an equal flow): call it after
         ``reset_state()`` and before iterating. Raises :class:`StateMismatchError` for a state of
-        another flow, :class:`NotResumableError` here (the default)."""
+        another flow, :class:`NotResumableError` when the flow is not resumable.
+
+        The whole state is checked before anything changes (see ``inputpipe.dataflow._state``):
+        a refused state leaves this flow and every flow it reads from as they were. Library flows
+        implement ``_check_state(state, plan)``; a flow may instead override this method."""
+        if not getattr(type(self).get_state, "_inputpipe_resumable", True):
+            raise _not_resumable(self)
+        plan = StatePlan()
+        self._check_state(state, plan)
+        plan.apply()
+
+    set_state._inputpipe_two_phase = True  # type: ignore[attr-defined]
+
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        """Check ``state`` completely (raise :class:`StateMismatchError` naming this flow) and
+        register the changes it makes with ``plan.then()``; change nothing here."""
         raise _not_resumable(self)
 
     def check_resumable(self) -> None:

@@ -16,9 +16,10 @@ import numpy as np
 
 from ..utils.buffers import ALIGN_MIN_BYTES, aligned_empty
 from ._helpers import close_iterators, check_positive_int, length_of
+from ._state import MAX_STATE_COUNT, IntRange, ListOf, StatePlan, check_input_state
 from .base import (
     DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, StateMismatchError, check_state,
-    get_length, is_resumable,
+    empty_passes_mean_stuck, empty_passes_text, get_length, is_resumable,
 )
 
 __all__ = ["BatchData", "BatchDataByShape"]
@@ -266,10 +267,10 @@ class BatchData(ProxyDataFlow):
         """``{"type", "input", "ended"}``."""
         return {"type": type(self).__name__, "input": self.ds.get_state(), "ended": self._ended}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
         state = check_state(self, state, {"input": dict, "ended": bool})
-        self.ds.set_state(state["input"])
-        self._resume_ended = state["ended"]
+        check_input_state(self, self.ds, state["input"], plan)
+        plan.then(lambda: setattr(self, "_resume_ended", state["ended"]))
 
     @staticmethod
     def aggregate_batch(data_holder: List[Any], use_list: bool = False) -> Union[List[Any], Dict[Any, Any]]:
@@ -344,9 +345,16 @@ class BatchDataByShape(BatchData):
         wanted = set(restore["held"])
         self._read = restore["anchor_index"]
         itr = iter(self.ds)
+        empty, read_before = 0, self._read
         while self._read < restore["read"]:
             dp = self._next(itr, record)
             if dp is _END:
+                empty, read_before = (0 if self._read > read_before else empty + 1), self._read
+                if empty_passes_mean_stuck(self.ds, empty):
+                    raise RuntimeError("BatchDataByShape: restoring a state, its input produced no datapoints in "
+                                       "{}, so the {} datapoints the state had read cannot be read again".format(
+                                           empty_passes_text(empty, "a pass", "passes"),
+                                           restore["read"] - restore["anchor_index"]))
                 itr = iter(self.ds)
                 continue
             if self._read - 1 in wanted:
@@ -396,11 +404,27 @@ class BatchDataByShape(BatchData):
         return {"type": "BatchDataByShape", "anchor": anchor, "anchor_index": anchor_index, "read": self._read,
                 "held": held}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
         state = check_state(self, state, {"anchor": dict, "anchor_index": int, "read": int, "held": list})
-        if any(not state["anchor_index"] <= n < state["read"] for n in state["held"]):
-            raise StateMismatchError("BatchDataByShape.set_state: waiting datapoints {} are outside the read "
-                                     "range {}..{}".format(state["held"], state["anchor_index"], state["read"]))
-        self._clear()
-        self.ds.set_state(state["anchor"])
-        self._restore = state
+        anchor, read, held = state["anchor_index"], state["read"], state["held"]
+        size = get_length(self.ds)
+        # Every epoch brings each shape it has at least once, so the oldest waiting datapoint is
+        # less than batch_size epochs old: a restore re-reads at most that.
+        most = MAX_STATE_COUNT if size is None else self.batch_size * size
+        if not 0 <= read - anchor <= most:
+            raise StateMismatchError("BatchDataByShape.set_state: the state re-reads datapoints {}..{}, but with an "
+                                     "input of {} a restore re-reads at most {} (batch_size epochs)".format(
+                                         anchor, read, "unknown length" if size is None else size, most))
+        problem = ListOf(IntRange(anchor, read - 1), most=read - anchor, ascending=True).problem(held)
+        if problem is None and (held[0] if held else read) != anchor:
+            problem = "the oldest waiting datapoint is {}, not the anchor {}".format(held[0] if held else None, anchor)
+        if problem is not None:
+            raise StateMismatchError("BatchDataByShape.set_state: field 'held' must be the ascending numbers of "
+                                     "the waiting datapoints in {}..{}, the first one the anchor: got {}".format(
+                                         anchor, read - 1, problem))
+        check_input_state(self, self.ds, state["anchor"], plan)
+
+        def restore() -> None:
+            self._clear()
+            self._restore = state
+        plan.then(restore)

@@ -8,17 +8,28 @@ Example::
     assert list(df) == [[0], [1]]
 """
 import itertools
-from typing import Any, Dict, Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
 from ..utils.logger import get_logger
-from ._helpers import END, EpochCursor, close_flows, close_iterators, epoch_rng, input_states, length_of, restore_inputs
+from ._helpers import END, EpochCursor, close_flows, close_iterators, epoch_rng, input_states, length_of, check_inputs
+from ._state import SEED, IntRange, StatePlan
 from .base import DataFlow, DataFlowLengthUnknown, RNGDataFlow, StateMismatchError, check_state, get_length, require_rng
 
 __all__ = ["RandomChooseData", "RandomMixData", "ConcatData", "JoinData"]
 
 logger = get_logger(__name__)
+
+#: RandomChooseData draws its choices in chunks of this many, each from its own seed.
+_CHOICES_PER_CHUNK = 256
+
+
+def _total_length(flows: Sequence[Any]) -> Optional[int]:
+    """The sum of the flows' lengths, or None when one has none."""
+    sizes = [get_length(df) for df in flows]
+    return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+
 
 def _check_flows(owner: str, df_lists: Sequence[Any]) -> List[Any]:
     flows = list(df_lists)
@@ -34,9 +45,9 @@ class RandomChooseData(RNGDataFlow):
     ``df_lists`` is a list of DataFlows (chosen with equal probability) or of
     ``(DataFlow, probability)`` pairs whose probabilities sum to 1. No length.
 
-    Epoch ``e`` draws its choices from a RandomState seeded from (base seed, ``e``); the state is
-    (epoch, datapoints yielded, base seed, the inputs' states), and a restore redraws the choices
-    already made.
+    The choices of epoch ``e`` are drawn 256 at a time, chunk ``c`` from a RandomState seeded from
+    (base seed, ``e``, ``c``); the state is (epoch, datapoints yielded, base seed, the inputs'
+    states), and a restore draws only the chunk its position falls in.
 
     Example::
 
@@ -77,18 +88,20 @@ class RandomChooseData(RNGDataFlow):
     def __iter__(self) -> Iterator[Any]:
         require_rng(self)
         epoch, start, token = self._cursor.begin()
-        return self._cursor.track(self._choose(epoch_rng(self, self.base_seed, epoch), start), token)
+        return self._cursor.track(self._choose(epoch, start), token)
 
-    def _choose(self, rng: np.random.RandomState, skip: int) -> Iterator[Any]:
+    def _choose(self, epoch: int, skip: int) -> Iterator[Any]:
         iterators = [iter(df) for df, _ in self.df_lists]
         probs = np.array([prob for _, prob in self.df_lists])
         probs /= probs.sum()  # accepted within 1e-6 of 1; numpy's choice() needs ~1e-8
+        # Chunk c of the epoch's choices is drawn from (base seed, epoch, c): a restore at any
+        # position draws only the chunk it falls in.
+        chunk, skip = divmod(skip, _CHOICES_PER_CHUNK)
         try:
             while True:
-                choices = rng.choice(len(iterators), size=256, p=probs).tolist()
-                if skip >= 256:  # a restore: these choices were made before the state was saved
-                    skip -= 256
-                    continue
+                rng = epoch_rng(self, self.base_seed, epoch, chunk)
+                choices = rng.choice(len(iterators), size=_CHOICES_PER_CHUNK, p=probs).tolist()
+                chunk += 1
                 for k in choices[skip:]:
                     dp = next(iterators[k], END)
                     if dp is END:
@@ -106,9 +119,13 @@ class RandomChooseData(RNGDataFlow):
         return {"type": "RandomChooseData", "epoch": self._cursor.epoch, "position": self._cursor.position,
                 "seed": self.base_seed, "inputs": input_states(self._state_inputs())}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        state = check_state(self, state, {"epoch": int, "position": int, "seed": int, "inputs": list})
-        restore_inputs(self, self._state_inputs(), state["inputs"])
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        most = _total_length(self._state_inputs())
+        state = check_state(self, state, {"epoch": int, "position": IntRange(0, most), "seed": SEED, "inputs": list})
+        check_inputs(self, self._state_inputs(), state["inputs"], plan)
+        plan.then(lambda: self._restore(state))
+
+    def _restore(self, state: Dict[str, Any]) -> None:
         self.base_seed = state["seed"]
         self._cursor.restore(state["epoch"], state["position"])
 
@@ -184,14 +201,17 @@ class RandomMixData(RNGDataFlow):
         return {"type": "RandomMixData", "epoch": self._cursor.epoch, "position": self._cursor.position,
                 "seed": self.base_seed, "inputs": input_states(self.df_lists)}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        state = check_state(self, state, {"epoch": int, "position": int, "seed": int, "inputs": list})
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        state = check_state(self, state, {"epoch": int, "position": int, "seed": SEED, "inputs": list})
         if not 0 <= state["position"] <= len(self):
             raise StateMismatchError("RandomMixData.set_state: position {} is outside an epoch of {}".format(
                 state["position"], len(self)))
-        restore_inputs(self, self.df_lists, state["inputs"])
-        self.base_seed = state["seed"]
-        self._cursor.restore(state["epoch"], state["position"])
+        check_inputs(self, self.df_lists, state["inputs"], plan)
+
+        def restore() -> None:
+            self.base_seed = state["seed"]
+            self._cursor.restore(state["epoch"], state["position"])
+        plan.then(restore)
 
 
 class ConcatData(DataFlow):
@@ -242,13 +262,16 @@ class ConcatData(DataFlow):
         """``{"type", "index", "inputs"}``: the input being read and every input's state."""
         return {"type": "ConcatData", "index": self._index, "inputs": input_states(self.df_lists)}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
         state = check_state(self, state, {"index": int, "inputs": list})
         if not 0 <= state["index"] < len(self.df_lists):
             raise StateMismatchError("ConcatData.set_state: index {} is outside its {} inputs".format(
                 state["index"], len(self.df_lists)))
-        restore_inputs(self, self.df_lists, state["inputs"])
-        self._index = self._resume_at = state["index"]
+        check_inputs(self, self.df_lists, state["inputs"], plan)
+
+        def restore() -> None:
+            self._index = self._resume_at = state["index"]
+        plan.then(restore)
 
 
 class JoinData(DataFlow):
@@ -296,8 +319,8 @@ class JoinData(DataFlow):
         """``{"type", "inputs"}``: every input's state (each has given one datapoint per output)."""
         return {"type": "JoinData", "inputs": input_states(self.df_lists)}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        restore_inputs(self, self.df_lists, check_state(self, state, {"inputs": list})["inputs"])
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        check_inputs(self, self.df_lists, check_state(self, state, {"inputs": list})["inputs"], plan)
 
     @staticmethod
     def _join(parts: Sequence[Any]) -> Any:

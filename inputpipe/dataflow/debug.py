@@ -16,6 +16,7 @@ import numpy as np
 
 from ..utils.logger import get_logger
 from ._helpers import close_iterators
+from ._state import StatePlan, check_input_state
 from .base import DataFlow, ProxyDataFlow, check_state
 
 __all__ = ["PrintData", "TestDataSpeed"]
@@ -130,8 +131,8 @@ class PrintData(ProxyDataFlow):
         """``{"type", "input"}``: it passes datapoints through, so its state is its input's."""
         return {"type": type(self).__name__, "input": self.ds.get_state()}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        self.ds.set_state(check_state(self, state, {"input": dict})["input"])
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        check_input_state(self, self.ds, check_state(self, state, {"input": dict})["input"], plan)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,4 +215,4 @@ class TestDataSpeed(ProxyDataFlow):
         yield from self.ds
 
     get_state = PrintData.get_state
-    set_state = PrintData.set_state
+    _check_state = PrintData._check_state

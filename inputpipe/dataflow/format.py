@@ -15,11 +15,12 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
 import numpy as np
 
 from ..utils.logger import get_logger
-from ._helpers import EpochCursor, indexed_epoch, indexed_state, restore_indexed
+from ._helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
+from ._state import StatePlan
 from .base import DataFlowReentrantGuard, RNGDataFlow, require_rng
 from .caffe_datum import datum_to_image, parse_datum
 from .dataset_io import (DatasetFormatError, _import_lmdb, _lmdb_location, _require_file, _SharedEnv,
-                         open_shared_lmdb)
+                         lmdb_errors, open_shared_lmdb)
 from .hdf5 import HDF5Data
 from .transforms import MapData
 
@@ -58,7 +59,7 @@ class LMDBData(RNGDataFlow):
         self._what = "{}({!r})".format(type(self).__name__, self._lmdb_path)
         _require_file(_lmdb_location(self._lmdb_path)[0], self._what)
         shared = open_shared_lmdb(self._lmdb_path, not shuffle, self._what)  # referenced while in use
-        with shared.env.begin() as txn:
+        with lmdb_errors(self._what, self._lmdb_path), shared.env.begin() as txn:
             meta = sum(txn.get(key) is not None for key in _META_KEYS)
             self._size = txn.stat()["entries"] - meta
             self.keys: Optional[List[bytes]] = None
@@ -98,7 +99,7 @@ class LMDBData(RNGDataFlow):
 
     def _records(self, order: Sequence[int]) -> Iterator[List[bytes]]:
         assert self._env is not None        # checked by __iter__, which made this generator
-        with self._guard, self._env.env.begin() as txn:
+        with self._guard, lmdb_errors(self._what, self._lmdb_path), self._env.env.begin() as txn:
             if not self._shuffle:
                 records = (item for item in txn.cursor() if item[0] not in _META_KEYS)
                 for key, value in itertools.islice(records, order.start if isinstance(order, range) else 0, None):
@@ -118,9 +119,9 @@ class LMDBData(RNGDataFlow):
         size = len(self.keys) if self.keys is not None else self._size
         return indexed_state(self, self._require_cursor(), size, self._shuffle)
 
-    def set_state(self, state: Dict[str, Any]) -> None:
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
         size = len(self.keys) if self.keys is not None else self._size
-        restore_indexed(self, self._require_cursor(), state, size, self._shuffle)
+        check_indexed(self, self._require_cursor(), state, size, self._shuffle, plan)
 
     def _require_cursor(self) -> EpochCursor:
         if self._env is None:
@@ -253,5 +254,5 @@ class SVMLightData(RNGDataFlow):
         """``{"type", "epoch", "position", "size", "seed"}``."""
         return indexed_state(self, self._cursor, len(self.y), self.shuffle)
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        restore_indexed(self, self._cursor, state, len(self.y), self.shuffle)
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        check_indexed(self, self._cursor, state, len(self.y), self.shuffle, plan)

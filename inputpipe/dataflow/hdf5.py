@@ -19,7 +19,8 @@ from typing import Any, Dict, Iterator, List, Sequence
 import numpy as np
 
 from ..utils.logger import get_logger
-from ._helpers import EpochCursor, indexed_epoch, indexed_state, restore_indexed
+from ._helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
+from ._state import StatePlan
 from .base import DataFlow, RNGDataFlow, require_rng
 from .dataset_io import DatasetFormatError, _AtomicPath, _datapoints, _refuse_existing, _require_file
 
@@ -80,12 +81,18 @@ class HDF5Data(RNGDataFlow):
         h5py = import_h5py()
         what = "HDF5Data({!r})".format(os.fspath(filename))
         _require_file(os.fspath(filename), what)
-        with h5py.File(filename, "r") as f:
-            missing = [p for p in data_paths if p not in f]
-            if missing:
-                raise KeyError("{}: no dataset {} in the file (it has {})".format(what, missing, sorted(f.keys())))
-            logger.info("%s: loading %d datasets into memory", what, len(data_paths))
-            self.dps: List[np.ndarray] = [_loaded(f[p], what) for p in data_paths]
+        try:
+            with h5py.File(filename, "r") as f:
+                missing = [p for p in data_paths if p not in f]
+                if missing:
+                    raise KeyError("{}: no dataset {} in the file (it has {})".format(what, missing, sorted(f.keys())))
+                logger.info("%s: loading %d datasets into memory", what, len(data_paths))
+                self.dps: List[np.ndarray] = [_loaded(f[p], what) for p in data_paths]
+        except OSError as err:
+            # HDF5 checks the file against its superblock (a truncated file says so) and its
+            # object headers; h5py raises OSError (not FileNotFoundError: checked above).
+            raise DatasetFormatError("{}: cannot read {} as an HDF5 file: {}".format(
+                what, os.fspath(filename), err)) from None
         lengths = [len(d) if d.ndim else None for d in self.dps]
         if len(set(lengths)) != 1 or lengths[0] is None:
             raise DatasetFormatError("{}: datasets {} have lengths {}; they must have one common length".format(
@@ -111,8 +118,8 @@ class HDF5Data(RNGDataFlow):
         """``{"type", "epoch", "position", "size", "seed"}`` (epoch ``e`` is shuffled from (base seed, ``e``))."""
         return indexed_state(self, self._cursor, self._size, self.shuffle)
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        restore_indexed(self, self._cursor, state, self._size, self.shuffle)
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        check_indexed(self, self._cursor, state, self._size, self.shuffle, plan)
 
 
 class HDF5Serializer:

@@ -22,7 +22,8 @@ from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from ..utils.logger import get_logger
-from ._helpers import EpochCursor, indexed_epoch, indexed_state, restore_indexed
+from ._helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
+from ._state import SEED, StatePlan, check_input_state
 from .base import DataFlow, RNGDataFlow, check_state, require_rng
 from .seeding import datapoint_context, datapoint_seed, derive_seed, new_rng
 from .common import MapData, MapDataComponent
@@ -122,10 +123,13 @@ class _SeededAugmentation:
         return {"type": type(self).__name__, "input": self.ds.get_state(), "seed": self._base_seed,
                 "count": self._count}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        state = check_state(self, state, {"input": dict, "seed": int, "count": int})
-        self.ds.set_state(state["input"])
-        self._base_seed, self._count = state["seed"], state["count"]
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        state = check_state(self, state, {"input": dict, "seed": SEED, "count": int})
+        check_input_state(self, self.ds, state["input"], plan)
+
+        def restore() -> None:
+            self._base_seed, self._count = state["seed"], state["count"]
+        plan.then(restore)
 
     def _augment(self, value: Any) -> Any:
         if self._base_seed is None:
@@ -360,8 +364,8 @@ class ImageFromFile(RNGDataFlow):
         """``{"type", "epoch", "position", "size", "seed"}``."""
         return indexed_state(self, self._cursor, len(self.files), self.shuffle)
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        restore_indexed(self, self._cursor, state, len(self.files), self.shuffle)
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        check_indexed(self, self._cursor, state, len(self.files), self.shuffle, plan)
 
     def _read(self, files: List[str]) -> Iterator[List[np.ndarray]]:
         cv2 = _import_cv2("ImageFromFile")

@@ -15,7 +15,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import numpy as np
 
 from ..utils.concurrency import POLL_INTERVAL
-from ._helpers import EpochCursor, epoch_rng, indexed_epoch, indexed_state, restore_indexed
+from ._helpers import EpochCursor, epoch_rng, indexed_epoch, indexed_state, check_indexed
+from ._state import SEED, StatePlan
 from .base import (
     DataFlow, DataFlowLengthUnknown, DataFlowTerminated, NotResumableError, RNGDataFlow, StateMismatchError,
     check_state,
@@ -68,8 +69,8 @@ class DataFromList(RNGDataFlow):
         in the current one, the list's length and the base seed (None without shuffling)."""
         return indexed_state(self, self._cursor, len(self.lst), self.shuffle)
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        restore_indexed(self, self._cursor, state, len(self.lst), self.shuffle)
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        check_indexed(self, self._cursor, state, len(self.lst), self.shuffle, plan)
 
 
 class _OneShotIterable:
@@ -203,13 +204,13 @@ class DataFromIterable(DataFlow):
         return {"type": "DataFromIterable", "epoch": self._cursor.epoch, "position": self._cursor.position,
                 "size": self._len}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
         self.check_resumable()
         state = check_state(self, state, {"epoch": int, "position": int, "size": int})
         if state["size"] != self._len or not 0 <= state["position"] <= state["size"]:
             raise StateMismatchError("DataFromIterable.set_state: the state is of {} items at position {}, "
                                      "but this flow has {}".format(state["size"], state["position"], self._len))
-        self._cursor.restore(state["epoch"], state["position"])
+        plan.then(lambda: self._cursor.restore(state["epoch"], state["position"]))
 
 
 class DataFromQueue(DataFlow):
@@ -373,13 +374,17 @@ class FakeData(RNGDataFlow):
         return {"type": type(self).__name__, "epoch": cursor.epoch, "position": cursor.position,
                 "seed": self.base_seed}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        state = check_state(self, state, {"epoch": int, "position": int, "seed": int})
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        cursor = self._require_cursor()
+        state = check_state(self, state, {"epoch": int, "position": int, "seed": SEED})
         if not 0 <= state["position"] <= self._size:
             raise StateMismatchError("FakeData.set_state: position {} is outside an epoch of {} datapoints"
                                      .format(state["position"], self._size))
-        self._require_cursor().restore(state["epoch"], state["position"])
-        self.base_seed = state["seed"]
+
+        def restore() -> None:
+            cursor.restore(state["epoch"], state["position"])
+            self.base_seed = state["seed"]
+        plan.then(restore)
 
     def _require_cursor(self) -> EpochCursor:
         if self.base_seed is None:

@@ -26,17 +26,18 @@ import numpy as np
 
 from ..utils.crc32c import masked_crc32c
 from ..utils.logger import get_logger
-from ..utils.serialize import WireFormatError, dumps, loads
-from ._helpers import EpochCursor, indexed_epoch, indexed_state, restore_indexed
+from ..utils.serialize import WireFormatError, _loads_wire, dumps
+from ._helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
+from ._state import IntRange, StatePlan
 from .base import DataFlow, RNGDataFlow, StateMismatchError, check_state
 from .format import LMDBData, LMDBDataDecoder
 from .dataset_io import (
     DatasetFormatError, _AtomicPath, _datapoints, _import_lmdb, _lmdb_key, _lmdb_location, _refuse_existing,
-    _require_file, _SharedEnv, open_shared_lmdb,
+    _require_file, _SharedEnv, lmdb_errors, open_shared_lmdb,
 )
 from .hdf5 import HDF5Serializer
 from .raw import DataFromList
-from .tensorpack_records import decode_tensorpack_record, is_pickle
+from .tensorpack_records import decode_tensorpack_record, is_pickle, read_tensorpack_npz
 
 __all__ = ["LMDBSerializer", "TFRecordSerializer", "NumpySerializer", "HDF5Serializer", "DatasetFormatError",
            "DATASET_FORMAT_VERSION"]
@@ -69,7 +70,7 @@ def _check_header(header: Any, container: str, what: str) -> dict:
 
 def _decode_record(data: Any, what: str, index: int, copy: bool = False) -> Any:
     try:
-        return loads(data, max_bytes=max(len(data), 1), copy=copy)
+        return _loads_wire(data, max_bytes=max(len(data), 1), copy=copy)
     except WireFormatError as err:
         raise DatasetFormatError("{}: record {} is corrupt: {}".format(what, index, err)) from None
 
@@ -92,13 +93,13 @@ class _LMDBFile(RNGDataFlow):
         data_file, _ = _lmdb_location(path)
         _require_file(data_file, self._what)
         shared = self._open()
-        with shared.env.begin() as txn:
+        with lmdb_errors(self._what, path), shared.env.begin() as txn:
             meta = txn.get(_LMDB_META_KEY)
             if meta is None:
                 raise DatasetFormatError("{}: not an inputpipe LMDB dataset: no {!r} key, and no tensorpack "
                                          "'__keys__' key either".format(self._what, _LMDB_META_KEY.decode()))
         try:
-            header = loads(meta, max_bytes=len(meta))
+            header = _loads_wire(meta, max_bytes=len(meta))
         except WireFormatError as err:
             raise DatasetFormatError("{}: corrupt metadata: {}".format(self._what, err)) from None
         header = _check_header(header, "lmdb", self._what)
@@ -134,7 +135,7 @@ class _LMDBFile(RNGDataFlow):
 
     def _records(self, order: Sequence[int]) -> Iterator[Any]:
         assert self._env is not None        # checked by __iter__ (_require_cursor), which made this generator
-        with self._env.env.begin(buffers=True) as txn:
+        with lmdb_errors(self._what, self.path), self._env.env.begin(buffers=True) as txn:
             if self.shuffle:
                 for index in order:
                     value = txn.get(_lmdb_key(index))
@@ -159,8 +160,8 @@ class _LMDBFile(RNGDataFlow):
         """``{"type", "epoch", "position", "size", "seed"}`` (epoch ``e`` is shuffled from (base seed, ``e``))."""
         return indexed_state(self, self._require_cursor(), self._count, self.shuffle)
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        restore_indexed(self, self._require_cursor(), state, self._count, self.shuffle)
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        check_indexed(self, self._require_cursor(), state, self._count, self.shuffle, plan)
 
     def _require_cursor(self) -> EpochCursor:
         if self._env is None:
@@ -185,8 +186,10 @@ class LMDBSerializer:
     are (as :class:`~inputpipe.dataflow.LMDBDataDecoder` over :class:`~inputpipe.dataflow.LMDBData`):
     msgpack-numpy records (``TENSORPACK_SERIALIZE=msgpack``) are decoded as data, without pickle
     or msgpack_numpy; pickled records (tensorpack 0.11's default) raise a
-    :class:`DatasetFormatError` unless ``load(..., allow_pickle=True)`` is passed, which is only
-    for trusted local files (unpickling runs code chosen by whoever wrote the file).
+    :class:`DatasetFormatError` unless ``load(..., allow_pickle=True)`` is passed or, without that
+    argument, ``INPUTPIPE_ALLOW_PICKLE=1`` is set, which is only for trusted local files (unpickling
+    runs code chosen by whoever wrote the file). ``python -m inputpipe.dataflow.convert`` rewrites
+    such a file once into inputpipe's format.
 
     Example::
 
@@ -225,7 +228,7 @@ class LMDBSerializer:
         logger.info("%s: wrote %d datapoints to %s", what, count, target)
 
     @staticmethod
-    def load(path: str, shuffle: bool = True, *, allow_pickle: bool = False) -> DataFlow:
+    def load(path: str, shuffle: bool = True, *, allow_pickle: Optional[bool] = None) -> DataFlow:
         """A DataFlow of the datapoints in ``path`` (see the class docs)."""
         path = os.fspath(path)
         if _is_tensorpack_lmdb(path):
@@ -241,7 +244,7 @@ def _is_tensorpack_lmdb(path: str) -> bool:
     _import_lmdb()
     _require_file(_lmdb_location(path)[0], what)
     shared = open_shared_lmdb(path, True, what)  # kept referenced: the last reference closes it
-    with shared.env.begin() as txn:
+    with lmdb_errors(what, path), shared.env.begin() as txn:
         return txn.get(_LMDB_META_KEY) is None and txn.get(b"__keys__") is not None
 
 
@@ -249,7 +252,7 @@ class _TensorpackValueDecoder:
     """``decoder(key, value)`` of a tensorpack LMDB record: the datapoint (see
     :mod:`inputpipe.dataflow.tensorpack_records`)."""
 
-    def __init__(self, what: str, allow_pickle: bool):
+    def __init__(self, what: str, allow_pickle: Optional[bool]):
         self.what = what
         self.allow_pickle = allow_pickle
 
@@ -280,10 +283,14 @@ def _tfrecord_frame(data: bytes) -> list:
     return [length, _TFRECORD_CRC.pack(masked_crc32c(length)), data, _TFRECORD_CRC.pack(masked_crc32c(data))]
 
 
+#: Bytes every TFRecord record takes besides its data (length, its CRC, the data's CRC).
+_TFRECORD_FRAMING = 16
+
+
 class _TFRecordFile(DataFlow):
     """The datapoints of a TFRecord file written by :meth:`TFRecordSerializer.save`."""
 
-    def __init__(self, path: str, size: Optional[int], allow_pickle: bool):
+    def __init__(self, path: str, size: Optional[int], allow_pickle: Optional[bool]):
         self.path = path
         self._what = "TFRecordSerializer.load({!r})".format(path)
         _require_file(path, self._what)
@@ -309,8 +316,9 @@ class _TFRecordFile(DataFlow):
             raise DatasetFormatError("{}: {}: length field fails its CRC check (corrupt file, or not a "
                                      "TFRecord file)".format(self._what, where))
         if length + _TFRECORD_CRC.size > file_size - f.tell():
-            raise DatasetFormatError("{}: {} is truncated: {} bytes announced, {} left in the file".format(
-                self._what, where, length, file_size - f.tell()))
+            raise DatasetFormatError("{}: {} is truncated: its length field announces {} bytes of data and a "
+                                     "{}-byte CRC, {} bytes are left in the file".format(
+                                         self._what, where, length, _TFRECORD_CRC.size, file_size - f.tell()))
         return length
 
     def _read_record(self, f, file_size: int, index: int) -> Optional[bytearray]:
@@ -331,7 +339,7 @@ class _TFRecordFile(DataFlow):
         if data is None:
             raise DatasetFormatError("{}: empty file, expected an inputpipe header record".format(self._what))
         try:
-            header = loads(data, max_bytes=len(data))
+            header = _loads_wire(data, max_bytes=len(data))
         except WireFormatError:
             # Not inputpipe's: a file of tensorpack's TFRecordSerializer has no header, every record
             # is a datapoint (this raises for pickled records without allow_pickle, and for others).
@@ -404,14 +412,20 @@ class _TFRecordFile(DataFlow):
         return {"type": type(self).__name__, "epoch": cursor.epoch, "position": cursor.position,
                 "offset": self._offset if cursor.position else None}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        state = check_state(self, state, {"epoch": int, "position": int, "offset": (int, type(None))})
-        if state["position"] < 0 or (state["position"] > 0) != (state["offset"] is not None) \
-                or (state["offset"] is not None and not 0 < state["offset"] <= os.path.getsize(self.path)):
-            raise StateMismatchError("{}.set_state: position {} and offset {} do not fit this file of {} bytes".format(
-                self._what, state["position"], state["offset"], os.path.getsize(self.path)))
-        self._cursor.restore(state["epoch"], state["position"])
-        self._offset = state["offset"]
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        file_size = os.path.getsize(self.path)
+        most = file_size // _TFRECORD_FRAMING          # every record takes at least its framing
+        state = check_state(self, state, {"epoch": int, "position": IntRange(0, most),
+                                          "offset": (IntRange(1, file_size), type(None))})
+        position, offset = state["position"], state["offset"]
+        if (position > 0) != (offset is not None) or (offset is not None and position > offset // _TFRECORD_FRAMING):
+            raise StateMismatchError("{}.set_state: position {} and offset {} do not fit this file of {} bytes "
+                                     "({})".format(type(self).__name__, position, offset, file_size, self._what))
+
+        def restore() -> None:
+            self._cursor.restore(state["epoch"], position)
+            self._offset = offset
+        plan.then(restore)
 
 
 class TFRecordSerializer:
@@ -429,7 +443,7 @@ class TFRecordSerializer:
 
     Files written by tensorpack's ``TFRecordSerializer`` load too: msgpack-numpy records as data
     (no pickle, no msgpack_numpy), pickled ones (tensorpack 0.11's default) only with
-    ``allow_pickle=True``, for trusted local files.
+    ``allow_pickle=True`` (or ``INPUTPIPE_ALLOW_PICKLE=1``), for trusted local files.
 
     Example::
 
@@ -453,7 +467,7 @@ class TFRecordSerializer:
         logger.info("%s: wrote %d datapoints to %s", what, count, path)
 
     @staticmethod
-    def load(path: str, size: Optional[int] = None, *, allow_pickle: bool = False) -> DataFlow:
+    def load(path: str, size: Optional[int] = None, *, allow_pickle: Optional[bool] = None) -> DataFlow:
         """A DataFlow of the datapoints in ``path`` (see the class docs)."""
         return _TFRecordFile(os.fspath(path), size, allow_pickle)
 
@@ -489,16 +503,6 @@ def _load_npy_bytes(path: str, what: str) -> np.ndarray:
     return vector
 
 
-def _tensorpack_npz(path: str, what: str) -> list:
-    """The datapoints of a tensorpack NumpySerializer file (an object array ``buffer``, pickled)."""
-    with np.load(path, allow_pickle=True) as archive:
-        if "buffer" not in archive.files:
-            raise DatasetFormatError("{}: .npz file without tensorpack's 'buffer' array (it has {})".format(
-                what, archive.files))
-        buffer = archive["buffer"]
-    return [list(dp) if isinstance(dp, np.ndarray) and dp.dtype == object else dp for dp in buffer]
-
-
 class NumpySerializer:
     """Save a DataFlow to one ``.npy`` file and load it back whole into memory.
 
@@ -507,7 +511,8 @@ class NumpySerializer:
     inputpipe decodes its content. Unlike tensorpack's (a pickled ``.npz``), the file is written at
     exactly ``path`` (no extension is added). ``load(path, shuffle=True)`` returns a
     ``DataFromList`` over the datapoints, with writable arrays. tensorpack's ``.npz`` files are
-    pickled: they load only with ``load(..., allow_pickle=True)``, for trusted local files.
+    pickled: they load only with ``load(..., allow_pickle=True)`` (or ``INPUTPIPE_ALLOW_PICKLE=1``),
+    for trusted local files; they are checked (zip members inside the file, CRCs) before unpickling.
 
     Example::
 
@@ -529,7 +534,7 @@ class NumpySerializer:
         logger.info("%s: wrote %d datapoints to %s", what, len(datapoints), path)
 
     @staticmethod
-    def load(path: str, shuffle: bool = True, *, allow_pickle: bool = False) -> DataFlow:
+    def load(path: str, shuffle: bool = True, *, allow_pickle: Optional[bool] = None) -> DataFlow:
         """A ``DataFromList`` of the datapoints in ``path`` (see the class docs)."""
         what = "NumpySerializer.load({!r})".format(os.fspath(path))
         path = os.fspath(path)
@@ -537,17 +542,12 @@ class NumpySerializer:
         with open(path, "rb") as f:
             magic = f.read(len(_NPY_MAGIC))
         if magic.startswith(_ZIP_MAGIC):
-            if not allow_pickle:
-                raise DatasetFormatError("{}: this is a .npz (zip) file, like those of tensorpack's NumpySerializer, "
-                                         "which hold pickled objects; inputpipe loads it only with allow_pickle=True, "
-                                         "for a trusted local file (unpickling runs code chosen by whoever wrote it), "
-                                         "or re-create it with inputpipe's NumpySerializer.save".format(what))
-            return DataFromList(_tensorpack_npz(path, what), shuffle=shuffle)
+            return DataFromList(read_tensorpack_npz(path, allow_pickle, what), shuffle=shuffle)
         if magic != _NPY_MAGIC:
             raise DatasetFormatError("{}: not a .npy file (starts with {!r})".format(what, magic))
         vector = _load_npy_bytes(path, what)
         try:
-            content = loads(vector, max_bytes=max(vector.nbytes, 1))
+            content = _loads_wire(vector, max_bytes=max(vector.nbytes, 1))
         except WireFormatError as err:
             raise DatasetFormatError("{}: not an inputpipe dataset, or corrupt: {}".format(what, err)) from None
         header = _check_header(content, "numpy", what)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Sequ
 import numpy as np
 
 from ._helpers import END, check_positive_int, close_iterators, length_of
+from ._state import StatePlan, check_input_state
 from .base import (
     DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, StateMismatchError,
     check_state, empty_passes_mean_stuck, empty_passes_text, is_resumable,
@@ -34,9 +35,9 @@ def input_state(flow: ProxyDataFlow) -> Dict[str, Any]:
     return {"type": type(flow).__name__, "input": flow.ds.get_state()}
 
 
-def restore_input(flow: ProxyDataFlow, state: Dict[str, Any]) -> None:
-    """The inverse of :func:`input_state`."""
-    flow.ds.set_state(check_state(flow, state, {"input": dict})["input"])
+def check_input(flow: ProxyDataFlow, state: Any, plan: StatePlan) -> None:
+    """Check the state :func:`input_state` made (the restore is the input's)."""
+    check_input_state(flow, flow.ds, check_state(flow, state, {"input": dict})["input"], plan)
 
 
 def _shallow_copy(dp: Any) -> Any:
@@ -84,8 +85,8 @@ class MapData(ProxyDataFlow):
         resumes exactly only when it draws from a per-datapoint RNG (see docs/resuming.md)."""
         return input_state(self)
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        restore_input(self, state)
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        check_input(self, state, plan)
 
 
 class MapDataComponent(MapData):
@@ -122,7 +123,7 @@ class MapDataComponent(MapData):
                 yield dp
 
     get_state = MapData.get_state
-    set_state = MapData.set_state
+    _check_state = MapData._check_state
 
 
 class FilterData(ProxyDataFlow):
@@ -149,7 +150,7 @@ class FilterData(ProxyDataFlow):
         return filter(self.predicate, self.ds)
 
     get_state = MapData.get_state
-    set_state = MapData.set_state
+    _check_state = MapData._check_state
 
 
 class SelectComponent(MapData):
@@ -173,7 +174,7 @@ class SelectComponent(MapData):
         return map(self._select, self.ds)
 
     get_state = MapData.get_state
-    set_state = MapData.set_state
+    _check_state = MapData._check_state
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,16 +248,19 @@ class FixedSizeData(ProxyDataFlow):
         """``{"type", "input", "position"}``."""
         return {"type": "FixedSizeData", "input": self.ds.get_state(), "position": self._position}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
         state = check_state(self, state, {"input": dict, "position": int})
         if not 0 <= state["position"] <= self._size:
             raise StateMismatchError("FixedSizeData.set_state: position {} is outside an epoch of {}".format(
                 state["position"], self._size))
-        self.ds.set_state(state["input"])
-        if self._itr is not None:
-            close_iterators([self._itr])
-        self._itr = None
-        self._position = self._resume_at = state["position"]
+        check_input_state(self, self.ds, state["input"], plan)
+
+        def restore() -> None:
+            if self._itr is not None:
+                close_iterators([self._itr])
+            self._itr = None
+            self._position = self._resume_at = state["position"]
+        plan.then(restore)
 
 
 class RepeatedData(ProxyDataFlow):
@@ -318,13 +322,16 @@ class RepeatedData(ProxyDataFlow):
         """``{"type", "input", "count"}``: ``count`` repetitions of the input are complete."""
         return {"type": "RepeatedData", "input": self.ds.get_state(), "count": self._count}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
         state = check_state(self, state, {"input": dict, "count": int})
         if state["count"] < 0 or (self.num != -1 and state["count"] > self.num):
             raise StateMismatchError("RepeatedData.set_state: count {} is outside 0..{}".format(
                 state["count"], self.num))
-        self.ds.set_state(state["input"])
-        self._count = self._resume_at = state["count"]
+        check_input_state(self, self.ds, state["input"], plan)
+
+        def restore() -> None:
+            self._count = self._resume_at = state["count"]
+        plan.then(restore)
 
 
 class RepeatedDataPoint(ProxyDataFlow):
@@ -387,10 +394,10 @@ class RepeatedDataPoint(ProxyDataFlow):
             return {"type": "RepeatedDataPoint", "input": self._before, "copies": self._copies}
         return {"type": "RepeatedDataPoint", "input": self.ds.get_state(), "copies": 0}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
         state = check_state(self, state, {"input": dict, "copies": int})
         if not 0 <= state["copies"] < self.num:
             raise StateMismatchError("RepeatedDataPoint.set_state: copies {} is outside 0..{}".format(
                 state["copies"], self.num - 1))
-        self.ds.set_state(state["input"])
-        self._resume_copies = state["copies"]
+        check_input_state(self, self.ds, state["input"], plan)
+        plan.then(lambda: setattr(self, "_resume_copies", state["copies"]))

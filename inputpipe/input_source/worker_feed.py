@@ -23,6 +23,7 @@ Example::
 import os
 from typing import Any, Dict, Iterator, List, Optional
 
+from ..dataflow._state import StatePlan, check_input_state
 from ..dataflow.base import DataFlow, DataFlowTerminated, ProxyDataFlow, check_state, empty_passes_mean_stuck
 from ..dataflow.parallel import MultiProcessRunnerZMQ
 from ._iteration import empty_epochs_error
@@ -56,8 +57,8 @@ class EpochMarked(ProxyDataFlow):
         """The state of ``ds`` after its last datapoint (a marker changes nothing in it)."""
         return {"type": "EpochMarked", "input": self.ds.get_state()}
 
-    def set_state(self, state: Dict[str, Any]) -> None:
-        self.ds.set_state(check_state(self, state, {"input": dict})["input"])
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        check_input_state(self, self.ds, check_state(self, state, {"input": dict})["input"], plan)
 
     def _state_inputs(self) -> List[DataFlow]:
         return [self.ds]
