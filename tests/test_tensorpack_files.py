@@ -2,14 +2,18 @@
 tests/data/tensorpack_files/make.py) load in inputpipe, without pickle unless asked."""
 import importlib.util
 import os
+import subprocess
 import sys
 
+import msgpack
 import numpy as np
 import pytest
 
 from inputpipe.dataflow import HDF5Serializer, LMDBData, LMDBSerializer, NumpySerializer, TFRecordSerializer
 from inputpipe.dataflow.serialize import DatasetFormatError
 from inputpipe.dataflow.tensorpack_records import decode_tensorpack_record
+from inputpipe.utils import serialize
+from inputpipe.utils.serialize import WireFormatError, dumps, loads, loads_frames
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tensorpack_files")
 _spec = importlib.util.spec_from_file_location("tensorpack_files_make", os.path.join(HERE, "make.py"))
@@ -76,7 +80,9 @@ def test_tfrecord_of_tensorpack_loads(kind):
 
 def test_npz_of_tensorpack_needs_the_opt_in():
     path = os.path.join(HERE, "tp.npz")
-    with pytest.raises(DatasetFormatError, match=r"loads it only with allow_pickle=True"):
+    with pytest.raises(DatasetFormatError, match=r"a .npz \(zip\) file, like those of tensorpack's NumpySerializer, which "
+                                                 r"hold pickled objects; inputpipe unpickles only when asked.*"
+                                                 r"pass allow_pickle=True"):
         NumpySerializer.load(path)
     got = _all(NumpySerializer.load(path, shuffle=False, allow_pickle=True))
     for g, w in zip(got, make.datapoints()):
@@ -115,3 +121,149 @@ def test_lmdbdata_gives_raw_records_and_skips_the_key_list():
 def test_hostile_msgpack_numpy_records_are_refused(record, match):
     with pytest.raises(DatasetFormatError, match=match):
         decode_tensorpack_record(record)
+
+
+# ------------------------------------------- loads() on values read from tensorpack-made files
+
+def _raw_values(name):
+    """The raw values of a tensorpack LMDB fixture, in key order (what user code reads with lmdb)."""
+    return [value for _, value in _all(LMDBData(os.path.join(HERE, name), shuffle=False))]
+
+
+def _raw_tfrecords(name):
+    """The raw records of a tensorpack TFRecord fixture (length, its CRC, data, its CRC each)."""
+    records = []
+    with open(os.path.join(HERE, name), "rb") as f:
+        while True:
+            head = f.read(12)
+            if not head:
+                return records
+            records.append(f.read(int.from_bytes(head[:8], "little")))
+            f.read(4)
+
+
+def test_loads_decodes_values_of_tensorpack_msgpack_files_as_data(monkeypatch):
+    import pickle
+    monkeypatch.setattr(pickle, "loads", lambda *a, **k: pytest.fail("unpickled"))
+    want = make.datapoints()
+    for values in (_raw_values("tp_msgpack.lmdb"), _raw_tfrecords("tp_msgpack.tfrecord")):
+        assert len(values) == 8
+        for value, expected in zip(values, want):
+            got = loads(value)
+            assert_datapoint(got, expected)
+            assert got[0].flags.writeable
+            assert_datapoint(loads(bytearray(value), max_bytes=len(value)), expected)
+    assert "msgpack_numpy" not in sys.modules
+    with pytest.raises(WireFormatError, match=r"loads: message of \d+ bytes exceeds the limit of 10 bytes"):
+        loads(_raw_values("tp_msgpack.lmdb")[0], max_bytes=10)
+
+
+def test_loads_refuses_pickled_values_unless_asked_and_names_every_way(monkeypatch):
+    monkeypatch.delenv("INPUTPIPE_ALLOW_PICKLE", raising=False)
+    values = _raw_values("tp_pickle.lmdb") + _raw_tfrecords("tp_pickle.tfrecord")
+    assert len(values) == 16
+    for value in values:
+        with pytest.raises(WireFormatError, match=r"^loads: it is pickled \(tensorpack 0.11's default serializer, "
+                                                  r"TENSORPACK_SERIALIZE=pickle\); inputpipe unpickles only when asked, "
+                                                  r"since unpickling runs code chosen by whoever wrote the file: pass "
+                                                  r"allow_pickle=True if the file is a trusted local file, or set "
+                                                  r"INPUTPIPE_ALLOW_PICKLE=1 for the same without a code change, or "
+                                                  r"convert the file once into inputpipe's format: python -m "
+                                                  r"inputpipe.dataflow.convert IN OUT --allow-pickle$"):
+            loads(value)
+    for value, expected in zip(values, make.datapoints() * 2):
+        assert_datapoint(loads(value, allow_pickle=True), expected)
+    monkeypatch.setenv("INPUTPIPE_ALLOW_PICKLE", "1")
+    assert_datapoint(loads(values[3]), make.datapoints()[3])
+    with pytest.raises(WireFormatError, match=r"it is pickled"):    # an explicit False wins over the variable
+        loads(values[3], allow_pickle=False)
+
+
+UNPICKLED = []
+
+
+class _RunsCodeWhenUnpickled:
+    def __reduce__(self):
+        return UNPICKLED.append, ("ran code",)
+
+
+def test_loads_never_runs_code_from_hostile_bytes_and_keeps_the_wire_format_strict(monkeypatch):
+    import pickle
+    monkeypatch.setenv("INPUTPIPE_ALLOW_PICKLE", "1")          # even with the opt-in for files set
+    hostile = pickle.dumps([_RunsCodeWhenUnpickled()], protocol=4)
+    with pytest.raises(WireFormatError, match=r"it is pickled"):
+        loads(hostile, allow_pickle=False)
+    with pytest.raises(WireFormatError, match=r"looks like a pickle; inputpipe never unpickles"):
+        loads_frames([hostile])                                # sockets and worker channels
+    with pytest.raises(WireFormatError, match=r"looks like a pickle"):
+        serialize._loads_wire(hostile)                         # inputpipe's own dataset files
+    # msgpack-numpy's object array carries a pickle in its data: refused, never unpickled
+    object_array = msgpack.packb({b"nd": True, b"type": b"|O", b"kind": b"O", b"shape": [1], b"data": hostile})
+    with pytest.raises(WireFormatError, match=r"loads: msgpack-numpy object array: its data is a pickle"):
+        loads(object_array)
+    with pytest.raises(WireFormatError, match=r"loads: msgpack ext type 7 in a tensorpack record"):
+        loads(msgpack.packb([1, msgpack.ExtType(7, hostile)]))
+    # a plain map, or bytes that look like a pickle inside a record or a wire message, are data
+    plain = {b"data": hostile, "nd": "yes", "k": [1, 2.5, None]}
+    assert loads(msgpack.packb(plain, use_bin_type=True)) == plain
+    assert loads(msgpack.packb([hostile], use_bin_type=True)) == [hostile]
+    assert loads(dumps({"pickle": hostile})) == {"pickle": hostile}
+    assert UNPICKLED == []
+    # a wire-format message is never read as msgpack, whatever follows its magic
+    with pytest.raises(WireFormatError, match=r"loads: truncated: a message starts with a 20 byte preamble"):
+        loads(b"IPWF" + msgpack.packb([1]))
+
+
+def test_the_pickle_opt_in_variable_applies_to_every_reader_and_warns_once_per_process():
+    script = """
+import os
+from inputpipe.dataflow import LMDBSerializer, NumpySerializer, TFRecordSerializer, LMDBData
+from inputpipe.utils.serialize import loads
+here = {!r}
+counts = []
+for df in (LMDBSerializer.load(os.path.join(here, "tp_pickle.lmdb"), shuffle=True),
+           TFRecordSerializer.load(os.path.join(here, "tp_pickle.tfrecord")),
+           NumpySerializer.load(os.path.join(here, "tp.npz"), shuffle=False)):
+    df.reset_state()
+    counts.append(len(list(df)))
+raw = LMDBData(os.path.join(here, "tp_pickle.lmdb"), shuffle=False)
+raw.reset_state()
+counts.append(sum(len(loads(value)) for _, value in raw))
+print(counts)
+""".format(HERE)
+    env = dict(os.environ, INPUTPIPE_ALLOW_PICKLE="1")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[8, 8, 8, 72]"
+    warnings = [line for line in proc.stderr.splitlines() if "INPUTPIPE_ALLOW_PICKLE" in line]
+    assert len(warnings) == 1, proc.stderr
+    assert warnings[0].startswith("inputpipe WARNING: INPUTPIPE_ALLOW_PICKLE=1: pickled records of dataset files are "
+                                  "unpickled in this process (pid ")
+    assert "Unpickling runs code chosen by whoever wrote the file" in warnings[0]
+    assert warnings[0].endswith("python -m inputpipe.dataflow.convert IN OUT --allow-pickle")
+
+
+def test_every_reader_refuses_pickle_naming_the_argument_the_variable_and_the_converter(monkeypatch):
+    monkeypatch.delenv("INPUTPIPE_ALLOW_PICKLE", raising=False)
+    ways = r".*pass allow_pickle=True if the file is a trusted local file, or set INPUTPIPE_ALLOW_PICKLE=1 for the " \
+           r"same without a code change, or convert the file once into inputpipe's format: python -m " \
+           r"inputpipe.dataflow.convert IN OUT --allow-pickle$"
+    df = LMDBSerializer.load(os.path.join(HERE, "tp_pickle.lmdb"), shuffle=False)
+    df.reset_state()
+    with pytest.raises(DatasetFormatError, match=r"tp_pickle.lmdb'\) record b'00000000': it is pickled" + ways):
+        next(iter(df))
+    with pytest.raises(DatasetFormatError, match=r"tp_pickle.tfrecord'\) record 0: it is pickled" + ways):
+        TFRecordSerializer.load(os.path.join(HERE, "tp_pickle.tfrecord"))
+    with pytest.raises(DatasetFormatError, match=r"tp.npz'\): this is a .npz \(zip\) file" + ways):
+        NumpySerializer.load(os.path.join(HERE, "tp.npz"))
+    monkeypatch.setenv("INPUTPIPE_ALLOW_PICKLE", "1")
+    with pytest.raises(DatasetFormatError, match=r"it is pickled"):     # an explicit False wins over the variable
+        TFRecordSerializer.load(os.path.join(HERE, "tp_pickle.tfrecord"), allow_pickle=False)
+    assert len(_all(TFRecordSerializer.load(os.path.join(HERE, "tp_pickle.tfrecord")))) == 8
+    monkeypatch.setenv("INPUTPIPE_ALLOW_PICKLE", "maybe")
+    with pytest.raises(ValueError, match=r"INPUTPIPE_ALLOW_PICKLE='maybe': expected 1 \(unpickle trusted files\) "
+                                         r"or 0 \(refuse pickles, the default\)"):
+        NumpySerializer.load(os.path.join(HERE, "tp.npz"))
+    monkeypatch.setenv("INPUTPIPE_ALLOW_PICKLE", "0")
+    with pytest.raises(DatasetFormatError, match=r"this is a .npz \(zip\) file"):
+        NumpySerializer.load(os.path.join(HERE, "tp.npz"))

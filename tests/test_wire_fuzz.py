@@ -219,7 +219,7 @@ def test_timestamps_in_non_canonical_ext_encodings_are_refused_like_the_canonica
 @pytest.mark.parametrize("form", ["fixext", "ext8", "ext16", "ext32"])
 def test_ext_type_minus_one_of_any_length_in_any_encoding_never_decodes(form):
     fixed = {1: b"\xd4", 2: b"\xd5", 4: b"\xd6", 8: b"\xd7", 16: b"\xd8"}
-    lengths = sorted(fixed) if form == "fixext" else range(0, 21)
+    lengths = sorted(fixed) if form == "fixext" else range(21)
     for length in lengths:
         head = fixed[length] if form == "fixext" else _ext_header(form, length)
         for body in _places(head + b"\xff" + bytes(length)):

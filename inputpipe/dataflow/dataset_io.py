@@ -9,6 +9,7 @@ Example::
     except DatasetFormatError as err:
         print(err)
 """
+import contextlib
 import os
 import threading
 import weakref
@@ -16,6 +17,7 @@ from typing import Any, Iterator
 
 from ..utils.logger import get_logger
 from ..utils.serialize import WireFormatError
+from ._lmdb_header import lmdb_file_problem
 from .base import DataFlow, get_length
 
 __all__ = ["DatasetFormatError"]
@@ -132,6 +134,11 @@ def open_shared_lmdb(path: str, readahead: bool, what: str) -> _SharedEnv:
                     # Inherited through fork: unusable here, and lmdb refuses a second open.
                     inherited.env.close()
             lmdb = _import_lmdb()
+            # LMDB maps the file and trusts its header: a file shorter than the header says would
+            # be read past its end (SIGBUS, no Python error), so the header is checked first.
+            problem = lmdb_file_problem(data_file)
+            if problem:
+                raise DatasetFormatError("{}: {} is {}".format(what, data_file, problem))
             try:
                 env = lmdb.open(path, subdir=subdir, readonly=True, lock=False,
                                 readahead=readahead, max_readers=126)
@@ -140,3 +147,15 @@ def open_shared_lmdb(path: str, readahead: bool, what: str) -> _SharedEnv:
                     what, data_file, err)) from None
             shared = _shared_envs[key] = _SharedEnv(env)
     return shared
+
+
+@contextlib.contextmanager
+def lmdb_errors(what: str, path: str) -> Iterator[None]:
+    """Turn LMDB's errors while reading ``path`` (a damaged page, a missing page) into a
+    :class:`DatasetFormatError` naming the reader and the file."""
+    lmdb = _import_lmdb()
+    try:
+        yield
+    except lmdb.Error as err:
+        raise DatasetFormatError("{}: {} is damaged: LMDB reports {}".format(
+            what, _lmdb_location(path)[0], err)) from None

@@ -229,4 +229,4 @@ def _decode(body: memoryview, frames: List[memoryview], copy: bool, what: str) -
         raise WireFormatError("{}: {}".format(what, err)) from None
     except Exception as err:  # msgpack's own errors, bad UTF-8, unhashable keys, deep nesting
         raise WireFormatError("{}: malformed message body: {}: {}".format(
-            what, type(err).__name__, err or "invalid msgpack data")) from None
+            what, type(err).__name__, str(err) or "invalid msgpack data")) from None

@@ -1,4 +1,5 @@
-"""The wire format: msgpack for structure, raw bytes for numpy arrays, never pickle.
+"""The wire format: msgpack for structure, raw bytes for numpy arrays, never pickle (:func:`loads`
+also reads records of tensorpack's dataset files; it unpickles only when asked, see its docs).
 
 Everything inputpipe sends between processes or machines, and every dataset file it writes, is
 encoded here. Decoding only ever builds plain data (lists, tuples, dicts, str, bytes, numbers,
@@ -39,6 +40,7 @@ try:
 except ImportError:                 # msgpack without its C extension
     from msgpack.fallback import Packer as _Packer
 
+from ._tensorpack_records import NotARecordError, decode_record
 from ._wire_decode import _as_bytes_view, _check_limit, _check_max_frames, _decode, _read_preamble
 from ._wire_layout import (  # noqa: F401  (_MAGIC, _PREAMBLE: the layout, for tests and tools)
     _DTYPE_NAMES, _EXT_ARRAY, _EXT_INLINE_ARRAY, _EXT_SCALAR, _EXT_TUPLE, _FRAME_INDEX, _INLINE_ARRAY_MAX_BYTES,
@@ -222,20 +224,44 @@ def dumps_frames(obj: Any) -> List[Any]:
 
 
 def loads(data: Any, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, copy: bool = False,
-          max_frames: int = DEFAULT_MAX_FRAMES) -> Any:
+          max_frames: int = DEFAULT_MAX_FRAMES, *, allow_pickle: Optional[bool] = None) -> Any:
     """Decode a buffer made by :func:`dumps` (or a single frame of :func:`dumps_frames` that
-    holds no array frames).
+    holds no array frames), or one record of a tensorpack dataset file.
 
     Arrays are views of ``data``: read-only when ``data`` is immutable (``bytes``), writable when
     it is a ``bytearray``; ``copy=True`` gives every array its own writable memory. Raises
     :class:`WireFormatError` for anything that is not a complete, valid message of at most
     ``max_bytes`` bytes and ``max_frames`` arrays stored outside the header.
 
+    Bytes that do not start with the wire format's magic ``IPWF`` are read as a record of
+    tensorpack's ``dumps`` (values of tensorpack-made LMDB or TFRecord files): msgpack-numpy is
+    decoded as data (numpy arrays of numeric, bool or fixed-width string dtypes; no extension
+    types), and a pickle is refused unless ``allow_pickle=True`` or, when ``allow_pickle`` is not
+    passed, the environment variable ``INPUTPIPE_ALLOW_PICKLE=1`` (trusted files only: unpickling
+    runs code chosen by whoever wrote them). Sockets and inputpipe's own files never take this path.
+
     Example::
 
         arr = loads(dumps(np.ones(3)), copy=True)
         arr += 1
+        dp = loads(txn.get(b"00000007"))   # a value of a tensorpack LMDB file (msgpack-numpy)
     """
+    what = "loads"
+    view = _as_bytes_view(data, what)
+    if not _MAGIC.startswith(bytes(view[:len(_MAGIC)])):
+        _check_limit(len(view), max_bytes, what)
+        try:
+            return decode_record(view, allow_pickle, what)
+        except NotARecordError as err:
+            raise WireFormatError("loads: neither an inputpipe wire-format message (expected it to start with {!r}, "
+                                  "got {!r}) nor a tensorpack record ({})".format(
+                                      _MAGIC, bytes(view[:8]), err.detail)) from None
+    return _loads_wire(view, max_bytes, copy, max_frames)
+
+
+def _loads_wire(data: Any, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, copy: bool = False,
+                max_frames: int = DEFAULT_MAX_FRAMES) -> Any:
+    """:func:`loads` of the wire format only (sockets, worker channels, inputpipe's own files)."""
     what = "loads"
     view = _as_bytes_view(data, what)
     _check_limit(len(view), max_bytes, what)
@@ -287,7 +313,7 @@ def loads_frames(frames: Sequence[Any], max_bytes: int = DEFAULT_MAX_MESSAGE_BYT
     layout, sizes, body, header_end = _read_preamble(header, what, max_frames)
     if layout == _LAYOUT_SINGLE:
         if len(views) == 1:
-            return loads(header, max_bytes=max_bytes, copy=copy, max_frames=max_frames)
+            return _loads_wire(header, max_bytes=max_bytes, copy=copy, max_frames=max_frames)
         raise WireFormatError("loads_frames: frame 0 is a single-buffer message (made by dumps), but {} "
                               "more frames came with it".format(len(views) - 1))
     if header_end != len(header):
