@@ -415,7 +415,7 @@ class _CommandReader(StoppableThread):
     def run(self):
         try:
             while True:
-                self.commands.put(serialize.loads(self._connection.recv_bytes(), max_bytes=_INTERNAL_MAX_BYTES))
+                self.commands.put(serialize._loads_wire(self._connection.recv_bytes(), max_bytes=_INTERNAL_MAX_BYTES))
         except (EOFError, OSError):
             pass
         finally:
@@ -452,7 +452,7 @@ class ParentEnd:
         nested))`` (see :class:`~inputpipe.utils.errors.FailureReport`), where ``type`` is the class
         of the worker's exception if it is importable here (else None). Raises EOFError/OSError
         when the worker's end is gone."""
-        control = serialize.loads(self.connection.recv_bytes(), max_bytes=_INTERNAL_MAX_BYTES, copy=True)
+        control = serialize._loads_wire(self.connection.recv_bytes(), max_bytes=_INTERNAL_MAX_BYTES, copy=True)
         kind = control.get("k") if isinstance(control, dict) else None
         if kind in (_INLINE, _DATA):
             self.busy_seconds, self.items = control["b"], control["n"]
