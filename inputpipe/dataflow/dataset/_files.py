@@ -15,10 +15,13 @@ Example::
                  get_dataset_path("mnist_data"), component="Mnist")
 """
 import codecs
+import collections
 import hashlib
 import importlib
+import io
 import os
 import pickle
+import pickletools
 import shutil
 import tarfile
 import urllib.error
@@ -28,9 +31,11 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from ...utils.logger import get_logger
+from ..dataset_io import DatasetFormatError
+from ..image_limits import check_image_file
 
 __all__ = ["DatasetDownloadError", "RemoteFile", "get_dataset_path", "fetch", "extract_tar",
-           "load_mat", "load_dataset_pickle"]
+           "load_mat", "load_dataset_pickle", "read_color_image", "unreadable_image_error"]
 
 logger = get_logger(__name__)
 
@@ -69,8 +74,11 @@ class RemoteFile(NamedTuple):
 
 
 def read_color_image(component: str, path: str) -> np.ndarray:
-    """The image file at ``path`` as OpenCV reads it in colour (HxWx3 uint8, BGR); an OSError naming
-    ``component`` and the file when it cannot be read.
+    """The image file at ``path`` as OpenCV reads it in colour (HxWx3 uint8, BGR).
+
+    A missing file is a FileNotFoundError, a file OpenCV cannot decode an OSError, and a file whose
+    header declares more pixels than :data:`inputpipe.dataflow.image_limits.MAX_IMAGE_PIXELS` an
+    ``ImageTooLargeError`` (checked before decoding); each names ``component`` and the file.
 
     Example::
 
@@ -79,10 +87,26 @@ def read_color_image(component: str, path: str) -> np.ndarray:
     from ..imgaug._cv2 import import_cv2
 
     cv2 = import_cv2(component)
+    check_image_file(component, path)
     image = cv2.imread(path, cv2.IMREAD_COLOR)
     if image is None:
-        raise OSError("{}: cannot read the image file {}".format(component, path))
+        raise unreadable_image_error(component, path)
     return image
+
+
+def unreadable_image_error(component: str, path: str) -> OSError:
+    """The error for an image file OpenCV returned nothing for: missing, or not decodable (then
+    the message shows its size and first bytes)."""
+    if not os.path.isfile(path):
+        return FileNotFoundError("{}: the image file {} is missing".format(component, path))
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+        size = os.path.getsize(path)
+    except OSError as err:
+        return OSError("{}: cannot read the image file {}: {}".format(component, path, err))
+    return OSError("{}: cannot decode the image file {} ({} bytes, starting with {!r}): expected a complete image "
+                   "in a format OpenCV reads (JPEG, PNG, BMP, ...)".format(component, path, size, head))
 
 
 def get_dataset_path(*names: str) -> str:
@@ -185,12 +209,19 @@ def extract_tar(path: str, directory: str, component: str) -> None:
 
 
 def load_mat(path: str, component: str) -> Dict[str, Any]:
-    """A MATLAB .mat file as a dict of arrays, via SciPy (an optional dependency)."""
+    """A MATLAB .mat file as a dict of arrays, via SciPy (an optional dependency); a damaged file
+    is a :class:`DatasetFormatError` naming ``component`` and the file."""
     try:
         import scipy.io
     except ImportError:
         raise ImportError("{} reads MATLAB .mat files and needs SciPy: pip install scipy".format(component)) from None
-    return scipy.io.loadmat(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError("{}: the .mat file {} is missing".format(component, path))
+    try:
+        return scipy.io.loadmat(path)
+    except Exception as err:  # noqa: BLE001 - SciPy raises ValueError, OSError, IndexError, ... on damaged files
+        raise DatasetFormatError("{}: {} is not a readable MATLAB .mat file: {}: {}".format(
+            component, path, type(err).__name__, err)) from None
 
 
 def _multiarray(name: str) -> Any:
@@ -203,17 +234,47 @@ def _multiarray(name: str) -> Any:
     raise ImportError("numpy has no multiarray.{}".format(name))
 
 
-# The only globals a dataset pickle may name: numpy arrays, dtypes and scalars (under numpy 1 and
-# numpy 2 module names), the contents of the CIFAR python files, and the bytes encoder of pickle
-# protocol 2. Anything else is refused.
+class _RefusedContent(pickle.UnpicklingError):
+    """A dataset pickle that asks for more than data; raised as it is (an UnpicklingError)."""
+
+
+class _ArrayType:
+    """What a dataset pickle gets for ``numpy.ndarray``: the type argument of numpy's
+    ``_reconstruct``. Called directly (which would allocate any shape it names) it refuses."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise _RefusedContent("{} calls numpy.ndarray{}; a dataset pickle may only rebuild arrays the way numpy "
+                              "pickles them".format(self.where, args))
+
+
+def _checked_reconstruct(where: str) -> Any:
+    """numpy's ``_reconstruct(ndarray, (0,), dtype)``, the empty array an array's pickled state
+    fills; any other type or shape is refused (it would allocate what the file names)."""
+    reconstruct = _multiarray("_reconstruct")
+
+    def rebuild(subtype: Any, shape: Any, dtype: Any) -> Any:
+        if not isinstance(subtype, _ArrayType) or tuple(shape) != (0,):
+            raise _RefusedContent("{} builds an array of shape {} with _reconstruct; numpy's pickles build shape "
+                                  "(0,) and fill it from the pickled state".format(where, tuple(shape)))
+        return reconstruct(np.ndarray, (0,), dtype)
+
+    return rebuild
+
+
+# The only globals a dataset pickle may name: numpy arrays (rebuilt only the way numpy pickles
+# them), dtypes and scalars (under numpy 1 and numpy 2 module names), the contents of the CIFAR
+# python files, and the bytes encoder of pickle protocol 2. Anything else is refused.
 _ALLOWED_GLOBALS = {
-    ("numpy", "ndarray"): lambda: np.ndarray,
-    ("numpy", "dtype"): lambda: np.dtype,
-    ("numpy.core.multiarray", "_reconstruct"): lambda: _multiarray("_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"): lambda: _multiarray("_reconstruct"),
-    ("numpy.core.multiarray", "scalar"): lambda: _multiarray("scalar"),
-    ("numpy._core.multiarray", "scalar"): lambda: _multiarray("scalar"),
-    ("_codecs", "encode"): lambda: codecs.encode,   # how protocol 2 stores bytes written by Python 3
+    ("numpy", "ndarray"): _ArrayType,
+    ("numpy", "dtype"): lambda where: np.dtype,
+    ("numpy.core.multiarray", "_reconstruct"): _checked_reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _checked_reconstruct,
+    ("numpy.core.multiarray", "scalar"): lambda where: _multiarray("scalar"),
+    ("numpy._core.multiarray", "scalar"): lambda where: _multiarray("scalar"),
+    ("_codecs", "encode"): lambda where: codecs.encode,   # how protocol 2 stores bytes written by Python 3
 }
 
 
@@ -225,17 +286,37 @@ class _DataOnlyUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         make = _ALLOWED_GLOBALS.get((module, name))
         if make is None:
-            raise pickle.UnpicklingError("{} names {}.{}; a dataset pickle may only hold numpy arrays, "
-                                         "scalars and python data".format(self._where, module, name))
-        return make()
+            raise _RefusedContent("{} names {}.{}; a dataset pickle may only hold numpy arrays, "
+                                  "scalars and python data".format(self._where, module, name))
+        return make(self._where)
 
 
-def load_dataset_pickle(path: str, component: str, encoding: str = "ASCII") -> Any:
+def load_dataset_pickle(path: str, component: str, encoding: str = "ASCII",
+                        kind: str = "dataset pickle") -> Any:
     """Load a dataset's own pickle file (e.g. a CIFAR batch) that the user pointed at.
 
     Pickle is the format these datasets are published in; loading the local file is what every
     reader does. As a safeguard the loader accepts only numpy arrays, dtypes, scalars and plain
-    python data, so a file that tries to run code is refused instead of executed.
+    python data, so a file that tries to run code (or to allocate an array it does not hold) is
+    refused with a ``pickle.UnpicklingError`` instead of executed. Every length the file declares
+    is checked against the bytes it holds before anything is allocated; a truncated or damaged
+    file is a :class:`DatasetFormatError` naming ``component``, the file and ``kind``.
     """
+    if not os.path.isfile(path):
+        raise FileNotFoundError("{}: the file {} is missing".format(component, path))
     with open(path, "rb") as f:
-        return _DataOnlyUnpickler(f, path, component, encoding=encoding).load()
+        data = f.read()
+    try:
+        # Every length the pickle declares must fit in the file before the unpickler, which
+        # allocates a declared length before reading it, sees it.
+        collections.deque(pickletools.genops(io.BytesIO(data)), maxlen=0)
+        return _DataOnlyUnpickler(io.BytesIO(data), path, component, encoding=encoding).load()
+    except _RefusedContent:
+        raise
+    except Exception as err:  # noqa: BLE001 - whatever the bytes make the unpickler raise: a damaged file
+        raise _unreadable(component, path, kind, err) from None
+
+
+def _unreadable(component: str, path: str, kind: str, err: Exception) -> DatasetFormatError:
+    return DatasetFormatError("{}: {} is not a readable {}: {}: {}".format(component, path, kind,
+                                                                          type(err).__name__, err))

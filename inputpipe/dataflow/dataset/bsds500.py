@@ -7,14 +7,16 @@ Example::
     ds.reset_state()
     image, edges = next(iter(ds))     # uint8 (321, 481, 3) BGR, float32 (321, 481) in [0, 1]
 """
+import functools
 import glob
 import os
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
 from .._helpers import IndexedSource
 from ..imgaug._cv2 import import_cv2
+from ._checks import describe, format_error
 from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, load_mat, read_color_image
 
 __all__ = ["BSDS500"]
@@ -23,6 +25,30 @@ __all__ = ["BSDS500"]
 _REMOTE = RemoteFile("BSR_bsds500.tgz", ("http://www.eecs.berkeley.edu/Research/Projects/CS/vision/grouping/BSR/",),
                      size=70763455)
 IMG_W, IMG_H = 481, 321
+
+
+def _boundary_maps(component: str, gt_file: str, content: Dict[str, Any]) -> List[np.ndarray]:
+    """The ``Boundaries`` map of every annotation in a groundTruth .mat file (a 1xN cell array of
+    structs); anything else is a DatasetFormatError naming the file."""
+    expected = "expected a groundTruth cell array of annotations with a Boundaries map each, found "
+    cells = content.get("groundTruth")
+    if cells is None:
+        raise format_error(component, gt_file, expected + "the variables {}".format(
+            sorted(name for name in content if not name.startswith("__"))))
+    if not isinstance(cells, np.ndarray) or cells.dtype != object or cells.ndim != 2 or cells.shape[0] != 1 \
+            or cells.shape[1] == 0:
+        raise format_error(component, gt_file, expected + describe(cells))
+    maps: List[np.ndarray] = []
+    for k, cell in enumerate(cells[0]):
+        if "Boundaries" not in (getattr(getattr(cell, "dtype", None), "names", None) or ()) or cell.size != 1:
+            raise format_error(component, gt_file, expected + "annotation {} without Boundaries".format(k))
+        boundary = cell["Boundaries"].flat[0]
+        if not isinstance(boundary, np.ndarray) or boundary.ndim != 2 \
+                or (maps and boundary.shape != maps[0].shape):
+            raise format_error(component, gt_file, expected + "annotation {}'s Boundaries as {}".format(
+                k, describe(boundary)))
+        maps.append(boundary)
+    return maps
 
 
 class BSDS500(IndexedSource):
@@ -73,10 +99,9 @@ class BSDS500(IndexedSource):
                 raise ValueError("{}: {} is {}x{}, expected {}x{} (or its transpose)".format(
                     component, fname, image.shape[0], image.shape[1], IMG_H, IMG_W))
             gt_file = os.path.join(gt_dir, os.path.basename(fname).split(".")[0] + ".mat")
-            annotations = load_mat(gt_file, component)["groundTruth"][0]
-            count = annotations.shape[0]
-            edges = sum(annotations[k]["Boundaries"][0][0] for k in range(count)).astype("float32")
-            edges *= 1.0 / count
+            boundaries = _boundary_maps(component, gt_file, load_mat(gt_file, component))
+            edges = functools.reduce(np.add, boundaries).astype("float32")
+            edges *= 1.0 / len(boundaries)
             if edges.shape[0] > edges.shape[1]:
                 edges = edges.transpose()
             if edges.shape != (IMG_H, IMG_W):

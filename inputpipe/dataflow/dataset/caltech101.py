@@ -12,6 +12,7 @@ from typing import Any, List, Optional
 
 
 from .._helpers import IndexedSource
+from ._checks import check_array, check_labels, check_variables, format_error
 from ._files import RemoteFile, fetch, get_dataset_path, load_mat
 
 __all__ = ["Caltech101Silhouettes"]
@@ -47,12 +48,16 @@ class Caltech101Silhouettes(IndexedSource):
         self.name = name
         self.shuffle = shuffle
         directory = os.path.expanduser(dir) if dir is not None else get_dataset_path(self._DIR_NAME)
-        self.data = load_mat(fetch(_REMOTE, directory, component), component)
-        self.images = self.data[name + "_data"].reshape((-1, 28, 28))
-        self.labels = self.data[name + "_labels"].ravel() - 1
-        if self.images.shape[0] != self.labels.shape[0]:
-            raise ValueError("{}: the {} split has {} images but {} labels".format(
-                component, name, self.images.shape[0], self.labels.shape[0]))
+        path = fetch(_REMOTE, directory, component)
+        self.data = load_mat(path, component)
+        data_key, labels_key = name + "_data", name + "_labels"
+        check_variables(component, path, self.data, [data_key, labels_key])
+        self.images = check_array(component, path, data_key, self.data[data_key], (None, 784)).reshape((-1, 28, 28))
+        if self.data[labels_key].size != self.images.shape[0]:
+            raise format_error(component, path, "the {} split has {} images but {} labels".format(
+                name, self.images.shape[0], self.data[labels_key].size))
+        check_labels(component, path, self.data[labels_key], 1, 101, " in " + labels_key)
+        self.labels = self.data[labels_key].ravel() - 1
 
     def __len__(self) -> int:
         return self.images.shape[0]

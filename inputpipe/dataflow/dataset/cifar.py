@@ -14,6 +14,7 @@ import numpy as np
 
 from ...utils.logger import get_logger
 from .._helpers import IndexedSource
+from ._checks import DatasetFormatError, check_array, check_keys, check_labels, describe, format_error
 from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, load_dataset_pickle
 
 __all__ = ["CifarBase", "Cifar10", "Cifar100"]
@@ -54,19 +55,41 @@ def _filenames(directory: str, cifar_classnum: int) -> Tuple[List[str], List[str
     return [os.path.join(folder, "train")], [os.path.join(folder, "test")], os.path.join(folder, "meta")
 
 
+_PICKLE_KIND = "CIFAR pickle (expected the dataset's python-version batch file)"
+
+
 def _read_batches(files: Sequence[str], cifar_classnum: int, component: str) -> List[List[Any]]:
     """``[image, label]`` for every row of the batch files, in file order: image a (32, 32, 3)
-    uint8 view of the stored (3, 32, 32) planes, label a python int (the fine label for CIFAR-100)."""
+    uint8 view of the stored (3, 32, 32) planes, label a python int (the fine label for CIFAR-100).
+    A batch that is not a dict of a uint8 (N, 3072) ``b'data'`` array and N labels in range is a
+    DatasetFormatError naming the file."""
     label_key = b"labels" if cifar_classnum == 10 else b"fine_labels"
     datapoints = []
     for fname in files:
-        batch = load_dataset_pickle(fname, component, encoding="bytes")
-        data, labels = batch[b"data"], batch[label_key]
-        if len(data) != len(labels):
-            raise ValueError("{}: {} has {} images but {} labels".format(component, fname, len(data), len(labels)))
+        batch = load_dataset_pickle(fname, component, encoding="bytes", kind=_PICKLE_KIND)
+        check_keys(component, fname, batch, [b"data", label_key])
+        data = check_array(component, fname, "b'data'", batch[b"data"], (None, 3072), "uint8")
+        labels = batch[label_key]
+        if not isinstance(labels, (list, tuple, np.ndarray)) or len(data) != len(labels):
+            found = "{} labels".format(len(labels)) if isinstance(labels, (list, tuple, np.ndarray)) \
+                else "labels as {}".format(describe(labels))
+            raise DatasetFormatError("{}: {} has {} images but {}".format(component, fname, len(data), found))
+        check_labels(component, fname, labels, 0, cifar_classnum - 1)
         for k in range(len(data)):
             datapoints.append([np.transpose(data[k].reshape(3, 32, 32), [1, 2, 0]), labels[k]])
     return datapoints
+
+
+def _read_label_names(meta_file: str, cifar_classnum: int, component: str) -> List[str]:
+    """The class names of the dataset's meta file (CIFAR-100: the fine ones)."""
+    meta = load_dataset_pickle(meta_file, component, kind=_PICKLE_KIND)
+    key = "label_names" if cifar_classnum == 10 else "fine_label_names"
+    check_keys(component, meta_file, meta, [key])
+    names = meta[key]
+    if not isinstance(names, (list, tuple)) or len(names) != cifar_classnum:
+        raise format_error(component, meta_file, "expected {!r} to list {} class names, found {}".format(
+            key, cifar_classnum, "{} names".format(len(names)) if isinstance(names, (list, tuple)) else describe(names)))
+    return list(names)
 
 
 class CifarBase(IndexedSource):
@@ -101,8 +124,7 @@ class CifarBase(IndexedSource):
         for fname in self.fs:
             if not os.path.isfile(fname):
                 raise FileNotFoundError("{}: the CIFAR batch file {} is missing".format(component, fname))
-        meta = load_dataset_pickle(meta_file, component)
-        self._label_names = meta["label_names" if cifar_classnum == 10 else "fine_label_names"]
+        self._label_names = _read_label_names(meta_file, cifar_classnum, component)
         self.train_or_test = train_or_test
         self.data = _read_batches(self.fs, cifar_classnum, component)
         self.shuffle = train_or_test == "train" if shuffle is None else shuffle

@@ -9,7 +9,6 @@ Example::
     image, label = next(iter(ds))      # uint8 (h, w, 3) BGR, int label in 0-999
 """
 import os
-import struct
 import xml.etree.ElementTree as ElementTree
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -18,6 +17,7 @@ import numpy as np
 from ...utils.logger import get_logger
 from .._helpers import IndexedSource
 from ..imgaug._cv2 import import_cv2
+from ._checks import DatasetFormatError, format_error, read_text_lines
 from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, read_color_image
 
 __all__ = ["ILSVRCMeta", "ILSVRC12", "ILSVRC12Files", "TinyImageNet"]
@@ -30,19 +30,25 @@ _META_FILES = ["synsets.txt", "synset_words.txt", "train.txt", "val.txt", "test.
 
 
 def _read_lines(path: str, component: str) -> List[str]:
-    if not os.path.isfile(path):
-        raise FileNotFoundError("{}: the metadata file {} is missing".format(component, path))
-    with open(path) as f:
-        return [line.strip() for line in f]
+    return read_text_lines(component, path, "the metadata file")
 
 
 # --- caffe's BlobProto (imagenet_mean.binaryproto), read without caffe or protobuf -------------
 
+_MAX_VARINT_BYTES = 10
+
+
+class _MalformedBlob(ValueError):
+    """What is wrong in a serialized BlobProto (the message completes 'found ...')."""
+
+
 def _varint(buf: bytes, at: int) -> Tuple[int, int]:
-    value, shift = 0, 0
+    start, value, shift = at, 0, 0
     while True:
         if at >= len(buf):
-            raise ValueError("truncated varint")
+            raise _MalformedBlob("a varint running past the end of the file at offset {} (truncated)".format(start))
+        if at - start >= _MAX_VARINT_BYTES:
+            raise _MalformedBlob("a varint longer than {} bytes at offset {}".format(_MAX_VARINT_BYTES, start))
         byte = buf[at]
         at += 1
         value |= (byte & 0x7F) << shift
@@ -51,30 +57,37 @@ def _varint(buf: bytes, at: int) -> Tuple[int, int]:
         shift += 7
 
 
+def _past_the_end(field: int, size: int, at: int, buf: bytes) -> _MalformedBlob:
+    return _MalformedBlob("field {} declaring {} bytes at offset {}, past the end of the file ({} bytes; "
+                          "truncated)".format(field, size, at, len(buf)))
+
+
 def _blob_proto_data(buf: bytes) -> np.ndarray:
-    """The float32 ``data`` (field 5, packed or not) of a serialized caffe BlobProto."""
+    """The float32 ``data`` (field 5, packed or not) of a serialized caffe BlobProto; a
+    ``_MalformedBlob`` saying what is wrong otherwise."""
     chunks: List[np.ndarray] = []
     at = 0
     while at < len(buf):
+        start = at
         key, at = _varint(buf, at)
         field, wire = key >> 3, key & 7
         if wire == 0:
             _, at = _varint(buf, at)
-        elif wire == 1:
-            at += 8
-        elif wire == 2:
-            length, at = _varint(buf, at)
-            if field == 5:
-                chunks.append(np.frombuffer(buf[at:at + length], dtype="<f4"))
-            at += length
-        elif wire == 5:
-            if field == 5:
-                chunks.append(np.array(struct.unpack_from("<f", buf, at), dtype="<f4"))
-            at += 4
+            continue
+        if wire == 2:
+            size, at = _varint(buf, at)
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
         else:
-            raise ValueError("unsupported protobuf wire type {} (field {})".format(wire, field))
-        if at > len(buf):
-            raise ValueError("truncated field {}".format(field))
+            raise _MalformedBlob("protobuf wire type {} (field {}) at offset {}, which no BlobProto field "
+                                 "uses".format(wire, field, start))
+        if at + size > len(buf):
+            raise _past_the_end(field, size, at, buf)
+        if field == 5 and wire in (2, 5):
+            if size % 4:
+                raise _MalformedBlob("field 5 of {} bytes, not a whole number of float32 values".format(size))
+            chunks.append(np.frombuffer(buf, dtype="<f4", count=size // 4, offset=at))
+        at += size
     return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
 
 
@@ -110,7 +123,15 @@ class ILSVRCMeta:
 
     def get_synset_1000(self) -> Dict[int, str]:
         """{label: synset id}, e.g. ``{0: 'n01440764', ...}``."""
-        return dict(enumerate(_read_lines(os.path.join(self.dir, "synsets.txt"), "ILSVRCMeta")))
+        path = os.path.join(self.dir, "synsets.txt")
+        lines = _read_lines(path, "ILSVRCMeta")
+        while lines and not lines[-1]:
+            lines.pop()          # blank lines at the end name no synset
+        for number, line in enumerate(lines, 1):
+            if len(line.split()) != 1:
+                raise format_error("ILSVRCMeta", path, "line {}: expected one synset id like 'n01440764', found "
+                                                       "{!r}".format(number, line))
+        return dict(enumerate(lines))
 
     def get_image_list(self, name: str, dir_structure: str = "original") -> List[Tuple[str, int]]:
         """``[(relative image path, label), ...]`` of ``name`` ('train', 'val' or 'test'), in the
@@ -120,22 +141,27 @@ class ILSVRCMeta:
             raise ValueError("ILSVRCMeta: name must be 'train', 'val' or 'test', got {!r}".format(name))
         if dir_structure not in ("original", "train"):
             raise ValueError("ILSVRCMeta: dir_structure must be 'original' or 'train', got {!r}".format(dir_structure))
-        synsets = self.get_synset_1000() if name != "train" and dir_structure != "original" else None
+        synsets = self.get_synset_1000()
+        in_synset_folders = name != "train" and dir_structure != "original"
         fname = os.path.join(self.dir, name + ".txt")
         result = []
         for number, line in enumerate(_read_lines(fname, "ILSVRCMeta"), 1):
             if not line:
                 continue
             parts = line.split()
-            if len(parts) != 2:
-                raise ValueError("ILSVRCMeta: line {} of {} should be '<image path> <label>', got {!r}".format(
-                    number, fname, line))
+            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+                raise format_error("ILSVRCMeta", fname, "line {}: expected '<image path> <integer label>', found "
+                                                        "{!r}".format(number, line))
             path, label = parts[0], int(parts[1])
-            if synsets is not None:
+            if label not in synsets:
+                raise format_error("ILSVRCMeta", fname, "line {}: expected a label in 0-{} (synsets.txt lists {} "
+                                                        "synsets), found {}".format(number, len(synsets) - 1,
+                                                                                    len(synsets), label))
+            if in_synset_folders:
                 path = os.path.join(synsets[label], path)
             result.append((path, label))
         if not result:
-            raise ValueError("ILSVRCMeta: the image list {} is empty".format(fname))
+            raise format_error("ILSVRCMeta", fname, "expected lines '<image path> <integer label>', found none")
         return result
 
     def get_per_pixel_mean(self, size: Optional[Tuple[int, int]] = None) -> np.ndarray:
@@ -143,10 +169,17 @@ class ILSVRCMeta:
         ``size`` (h, w) is given (then resized with OpenCV). Read from ``imagenet_mean.binaryproto``
         without needing caffe."""
         path = os.path.join(self.dir, "imagenet_mean.binaryproto")
+        if not os.path.isfile(path):
+            raise FileNotFoundError("ILSVRCMeta: the mean image file {} is missing".format(path))
         with open(path, "rb") as f:
-            data = _blob_proto_data(f.read())
+            buf = f.read()
+        expected = "expected a caffe BlobProto of 3x256x256 float32 values, found "
+        try:
+            data = _blob_proto_data(buf)
+        except _MalformedBlob as err:
+            raise format_error("ILSVRCMeta", path, expected + str(err)) from None
         if data.size != 3 * 256 * 256:
-            raise ValueError("ILSVRCMeta: {} holds {} values, expected 3x256x256".format(path, data.size))
+            raise format_error("ILSVRCMeta", path, expected + "{} values".format(data.size))
         mean = np.transpose(data.reshape((3, 256, 256)), [1, 2, 0])
         if size is not None:
             mean = import_cv2("ILSVRCMeta.get_per_pixel_mean").resize(mean, tuple(size[::-1]))
@@ -287,20 +320,32 @@ class TinyImageNet(IndexedSource):
         self.shuffle = name == "train" if shuffle is None else shuffle
         wnids = [line for line in _read_lines(os.path.join(dir, "wnids.txt"), component) if line]
         ids = {wnid: i for i, wnid in enumerate(wnids)}
+        wnids_file = os.path.join(dir, "wnids.txt")
         if len(ids) != 200:
-            raise ValueError("{}: {} should list 200 distinct wnids, it lists {}".format(
-                component, os.path.join(dir, "wnids.txt"), len(ids)))
+            raise DatasetFormatError("{}: {} should list 200 distinct wnids, it lists {}".format(
+                component, wnids_file, len(ids)))
         self.imglist: List[Tuple[str, int]] = []
         if name == "train":
             for label, wnid in enumerate(wnids):
                 images_dir = os.path.join(self.full_dir, wnid, "images")
+                if not os.path.isdir(images_dir):
+                    raise FileNotFoundError("{}: expected the folder {} of class {} (listed in wnids.txt)".format(
+                        component, images_dir, label))
                 for fname in sorted(os.listdir(images_dir)):
                     self.imglist.append((os.path.join(images_dir, fname), label))
         else:
-            for line in _read_lines(os.path.join(self.full_dir, "val_annotations.txt"), component):
-                if line:
-                    fields = line.split()
-                    self.imglist.append((os.path.join(self.full_dir, "images", fields[0]), ids[fields[1]]))
+            annotations = os.path.join(self.full_dir, "val_annotations.txt")
+            for number, line in enumerate(_read_lines(annotations, component), 1):
+                if not line:
+                    continue
+                fields = line.split()
+                if len(fields) < 2:
+                    raise format_error(component, annotations, "line {}: expected '<image file> <wnid> ...', found "
+                                                               "{!r}".format(number, line))
+                if fields[1] not in ids:
+                    raise format_error(component, annotations, "line {}: expected a wnid listed in {}, found "
+                                                               "{!r}".format(number, wnids_file, fields[1]))
+                self.imglist.append((os.path.join(self.full_dir, "images", fields[0]), ids[fields[1]]))
 
     def __len__(self) -> int:
         return len(self.imglist)

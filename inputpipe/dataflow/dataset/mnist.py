@@ -9,34 +9,63 @@ Example::
 """
 import gzip
 import os
+import zlib
 from typing import List, Optional, Tuple
 
 import numpy as np
 
 from .._helpers import IndexedSource
+from ._checks import DatasetFormatError, check_labels
 from ._files import RemoteFile, fetch, get_dataset_path
 
 __all__ = ["Mnist", "FashionMnist"]
 
 _IMAGES_MAGIC = 2051
 _LABELS_MAGIC = 2049
+_CHUNK_BYTES = 1 << 20
+
+
+def _read_up_to(f: gzip.GzipFile, count: int) -> bytearray:
+    """At most ``count`` bytes of ``f``, read in chunks: memory grows with the data the file really
+    holds, never with what a header declares."""
+    data = bytearray()
+    while len(data) < count:
+        chunk = f.read(min(count - len(data), _CHUNK_BYTES))
+        if not chunk:
+            break
+        data.extend(chunk)
+    return data
 
 
 def _read_idx(path: str, magic: int, ndim: int, component: str) -> np.ndarray:
-    """The uint8 array of a gzipped IDX file whose header is ``magic`` and ``ndim`` big-endian sizes."""
-    with gzip.open(path, "rb") as f:
-        header = np.frombuffer(f.read(4 * (1 + ndim)), dtype=">u4")
-        if header.size != 1 + ndim or int(header[0]) != magic:
-            found = int(header[0]) if header.size else None
-            raise ValueError("{}: {} is not an MNIST IDX file: expected the magic number {}, found {}".format(
-                component, path, magic, found))
-        shape = tuple(int(n) for n in header[1:])
-        count = int(np.prod(shape))
-        data = np.frombuffer(f.read(count), dtype=np.uint8)
-    if data.size != count:
-        raise ValueError("{}: {} is truncated: its header announces {} values of shape {}, the file has {}"
-                         .format(component, path, count, shape, data.size))
-    return data.reshape(shape)
+    """The uint8 array of a gzipped IDX file whose header is ``magic`` and ``ndim`` big-endian sizes;
+    a DatasetFormatError naming ``component`` and the file when it is anything else."""
+    header_bytes = 4 * (1 + ndim)
+    try:
+        with gzip.open(path, "rb") as f:
+            raw_header = f.read(header_bytes)
+            if len(raw_header) < header_bytes:
+                raise DatasetFormatError("{}: {} is truncated: expected a {}-byte IDX header, found {} bytes".format(
+                    component, path, header_bytes, len(raw_header)))
+            header = np.frombuffer(raw_header, dtype=">u4")
+            if int(header[0]) != magic:
+                raise DatasetFormatError("{}: {} is not an MNIST IDX file: expected the magic number {}, found "
+                                         "{}".format(component, path, magic, int(header[0])))
+            shape = tuple(int(n) for n in header[1:])
+            count = 1
+            for size in shape:
+                count *= size
+            data = _read_up_to(f, count)
+            if len(data) < count:
+                raise DatasetFormatError("{}: {} is truncated: its header announces {} values of shape {}, the file "
+                                         "has {}".format(component, path, count, shape, len(data)))
+            if f.read(1):
+                raise DatasetFormatError("{}: {} holds more than its header declares: expected {} values of shape "
+                                         "{}, found more after them".format(component, path, count, shape))
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise DatasetFormatError("{}: {} is not a readable gzip file (expected a gzipped IDX file): {}".format(
+            component, path, err)) from None
+    return np.frombuffer(data, dtype=np.uint8).reshape(shape)
 
 
 class Mnist(IndexedSource):
@@ -81,8 +110,9 @@ class Mnist(IndexedSource):
                        expected=[image_file, label_file]) for name in (image_file, label_file)]
         images = _read_idx(paths[0], _IMAGES_MAGIC, 3, component)
         labels = _read_idx(paths[1], _LABELS_MAGIC, 1, component)
+        check_labels(component, paths[1], labels, 0, 9)
         if images.shape[0] != labels.shape[0]:
-            raise ValueError("{}: {} has {} images but {} has {} labels".format(
+            raise DatasetFormatError("{}: {} has {} images but {} has {} labels".format(
                 component, paths[0], images.shape[0], paths[1], labels.shape[0]))
         # Scaled once, like tensorpack (float32 division, so values match it bit for bit).
         self.images = images[:, :, :, np.newaxis].astype(np.float32) / 255.0

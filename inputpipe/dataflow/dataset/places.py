@@ -14,6 +14,7 @@ from typing import Any, List, Optional
 from ...utils.logger import get_logger
 from .._helpers import IndexedSource
 from ..imgaug._cv2 import import_cv2
+from ._checks import DatasetFormatError, read_text_lines
 from ._files import read_color_image
 
 __all__ = ["Places365Standard"]
@@ -49,14 +50,12 @@ class Places365Standard(IndexedSource):
         self.shuffle = name == "train" if shuffle is None else shuffle
         label_file = os.path.join(dir, name + ".txt")
         entries = []
-        with open(label_file) as f:
-            for number, line in enumerate(f, 1):
-                relative = line.strip()
-                parts = relative.split("/")
-                if len(parts) < 3:
-                    raise ValueError("{}: line {} of {} should be a path like 'train/<class>/<file>.jpg', got "
-                                     "{!r}".format(component, number, label_file, relative))
-                entries.append((os.path.join(dir, relative), parts[1]))
+        for number, relative in enumerate(read_text_lines(component, label_file, "the image list"), 1):
+            parts = relative.split("/")
+            if len(parts) < 3:
+                raise DatasetFormatError("{}: line {} of {} should be a path like 'train/<class>/<file>.jpg', got "
+                                         "{!r}".format(component, number, label_file, relative))
+            entries.append((os.path.join(dir, relative), parts[1]))
         self._labels = sorted({label for _, label in entries})
         ids = {label: i for i, label in enumerate(self._labels)}
         self._files = [(path, ids[label]) for path, label in entries]

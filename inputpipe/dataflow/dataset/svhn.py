@@ -14,6 +14,7 @@ import numpy as np
 
 from ...utils.logger import get_logger
 from .._helpers import IndexedSource
+from ._checks import check_array, check_labels, check_variables, format_error
 from ._files import RemoteFile, fetch, get_dataset_path, load_mat
 
 __all__ = ["SVHNDigit"]
@@ -26,6 +27,21 @@ _MD5 = {
     "test": "eb5a983be6a315427106f1b164d9cef3",
     "extra": "a93ce644f1a588dc4d68dda5feec44a7",
 }
+
+
+def _read_split(path: str, component: str) -> Tuple[np.ndarray, np.ndarray]:
+    """(images (N, 32, 32, 3) uint8, labels (N,) 0-9) of a ``*_32x32.mat`` file; anything else in
+    it is a DatasetFormatError naming the file."""
+    data = load_mat(path, component)
+    check_variables(component, path, data, ["X", "y"])
+    images = check_array(component, path, "X", data["X"], (32, 32, 3, None), "uint8").transpose(3, 0, 1, 2)
+    if data["y"].size != images.shape[0]:
+        raise format_error(component, path, "has {} images in X but {} labels in y".format(
+            images.shape[0], data["y"].size))
+    check_labels(component, path, data["y"], 1, 10, " in y")
+    labels = data["y"].reshape(-1)
+    labels[labels == 10] = 0
+    return images, labels
 
 
 class SVHNDigit(IndexedSource):
@@ -59,11 +75,7 @@ class SVHNDigit(IndexedSource):
             remote = RemoteFile(name + "_32x32.mat", (_SVHN_URL,), md5=_MD5[name])
             path = fetch(remote, data_dir, component)
             logger.info("%s: loading %s", component, path)
-            data = load_mat(path, component)
-            images = data["X"].transpose(3, 0, 1, 2)
-            labels = data["y"].reshape(-1)
-            labels[labels == 10] = 0
-            SVHNDigit._Cache[key] = (images, labels)
+            SVHNDigit._Cache[key] = _read_split(path, component)
         self.X, self.Y = SVHNDigit._Cache[key]
 
     def __len__(self) -> int:
