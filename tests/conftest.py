@@ -44,7 +44,8 @@ def _our_children():
 
 @pytest.fixture(autouse=True)
 def no_leaked_threads_or_processes(request):
-    """Fail a test that leaves a thread or child process behind (after a short grace period)."""
+    """Fail a test that leaves a thread or child process behind (after a short grace period), and
+    kill the processes it left, also when the test failed for another reason."""
     threads_before = _our_threads()
     children_before = _our_children()
     yield
@@ -59,8 +60,30 @@ def no_leaked_threads_or_processes(request):
         if time.monotonic() > deadline:
             break
         time.sleep(0.05)
+    names = _kill_with_descendants(new_children)
     pytest.fail(
-        "test leaked threads {} and child processes {}".format(
-            sorted(t.name for t in new_threads), sorted(new_children)
+        "test leaked threads {} and child processes {} (the processes were killed)".format(
+            sorted(t.name for t in new_threads), names
         )
     )
+
+
+def _kill_with_descendants(pids):
+    """SIGKILL the leaked processes and everything below them, so that a failing test (or a bug
+    it caught) leaves nothing running to slow, confuse or hang the rest of the run; returns
+    ``"pid (command)"`` of each."""
+    victims, names = [], []
+    for pid in sorted(pids):
+        try:
+            process = psutil.Process(pid)
+            names.append("{} ({})".format(pid, " ".join(process.cmdline())[:80]))
+            victims += [process] + process.children(recursive=True)
+        except psutil.NoSuchProcess:
+            continue
+    for process in victims:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(victims, timeout=5)
+    return names

@@ -167,6 +167,7 @@ def test_in_worker_failure_trains_on_what_came_before_and_names_the_worker(stage
         assert fragment in message, (fragment, message)
 
 
+@pytest.mark.timeout(20)        # a close() that does not stop the worker fails here, not the whole run
 def test_in_worker_close_stops_a_worker_busy_in_the_dataflow():
     source = QueueInput(Counting(delay=0.6), in_worker=True)
     graph, (x, label) = build(source)
