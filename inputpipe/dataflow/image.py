@@ -27,6 +27,7 @@ from ._state import SEED, StatePlan, check_input_state
 from .base import DataFlow, RNGDataFlow, check_state, require_rng
 from .seeding import datapoint_context, datapoint_seed, derive_seed, new_rng
 from .common import MapData, MapDataComponent
+from .image_limits import check_image_file
 
 __all__ = ["ImageFromFile", "AugmentImageComponent", "AugmentImageCoordinates", "AugmentImageComponents"]
 
@@ -322,7 +323,9 @@ class ImageFromFile(RNGDataFlow):
     ``shuffle=True`` the files are visited in a new order every epoch: epoch ``e`` is a
     permutation of the list you passed, drawn from a RandomState seeded from (this flow's base
     seed, ``e``) (tensorpack shuffled its list in place, cumulatively). A file OpenCV cannot read
-    is an ``OSError`` naming it. Needs OpenCV (``pip install "inputpipe[image]"``). Its state is
+    is an ``OSError`` naming it; a file whose header declares more pixels than
+    :data:`~inputpipe.dataflow.image_limits.MAX_IMAGE_PIXELS` is an ``ImageTooLargeError``, raised
+    before decoding. Needs OpenCV (``pip install "inputpipe[image]"``). Its state is
     (epoch, position, number of files, base seed).
 
     Example::
@@ -371,6 +374,7 @@ class ImageFromFile(RNGDataFlow):
         cv2 = _import_cv2("ImageFromFile")
         mode = cv2.IMREAD_GRAYSCALE if self.channel == 1 else cv2.IMREAD_COLOR
         for fname in files:
+            check_image_file("ImageFromFile", fname)
             image = cv2.imread(fname, mode)
             if image is None:
                 raise OSError("ImageFromFile: cannot read the image file {!r} (it is missing, unreadable "
