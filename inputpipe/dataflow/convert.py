@@ -51,7 +51,7 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]  # argparse's own exit prints the usage too
+    def error(self, message: str):  # argparse's own prints the whole usage and exits
         raise _UsageError(message)
 
 
@@ -129,12 +129,15 @@ class _Progress(ProxyDataFlow):
 
 # ------------------------------------------------------------------------------- the record check
 
+_BUILTINS: Tuple[Any, ...] = (bool, int, float, str, bytes, tuple, list, dict)
+
+
 def _plain(value: Any) -> Any:
     """``value`` as the wire format carries it: numpy str/bytes scalars and subclasses of the
     builtin types (a namedtuple, an OrderedDict, an IntEnum) become the builtin type."""
     if isinstance(value, np.generic):
         return str(value) if isinstance(value, np.str_) else bytes(value) if isinstance(value, np.bytes_) else value
-    for base in (bool, int, float, str, bytes, tuple, list, dict):
+    for base in _BUILTINS:
         if isinstance(value, base) and type(value) is not base:
             return base(value)
     return value
