@@ -235,8 +235,8 @@ def loads(data: Any, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, copy: bool = Fa
 
     Bytes that do not start with the wire format's magic ``IPWF`` are read as a record of
     tensorpack's ``dumps`` (values of tensorpack-made LMDB or TFRecord files): msgpack-numpy is
-    decoded as data (numpy arrays of numeric, bool or fixed-width string dtypes; no extension
-    types), and a pickle is refused unless ``allow_pickle=True`` or, when ``allow_pickle`` is not
+    decoded as data (numpy arrays of numeric, bool or fixed-width string dtypes, always writable
+    copies; no extension types), and a pickle is refused unless ``allow_pickle=True`` or, when ``allow_pickle`` is not
     passed, the environment variable ``INPUTPIPE_ALLOW_PICKLE=1`` (trusted files only: unpickling
     runs code chosen by whoever wrote them). Sockets and inputpipe's own files never take this path.
 
@@ -249,6 +249,7 @@ def loads(data: Any, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, copy: bool = Fa
     what = "loads"
     view = _as_bytes_view(data, what)
     if not _MAGIC.startswith(bytes(view[:len(_MAGIC)])):
+        _check_max_frames(max_frames)
         _check_limit(len(view), max_bytes, what)
         try:
             return decode_record(view, allow_pickle, what)
