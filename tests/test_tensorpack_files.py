@@ -267,3 +267,13 @@ def test_every_reader_refuses_pickle_naming_the_argument_the_variable_and_the_co
     monkeypatch.setenv("INPUTPIPE_ALLOW_PICKLE", "0")
     with pytest.raises(DatasetFormatError, match=r"this is a .npz \(zip\) file"):
         NumpySerializer.load(os.path.join(HERE, "tp.npz"))
+
+
+def test_a_pickle_that_cannot_be_loaded_names_the_record():
+    with pytest.raises(DatasetFormatError, match=r"^my.lmdb record b'7': the pickle cannot be loaded: "
+                                                 r"(UnpicklingError|EOFError|KeyError|ValueError): ") as caught:
+        decode_tensorpack_record(b"\x80\x04garbage", allow_pickle=True, what="my.lmdb record b'7'")
+    assert caught.value.__cause__ is not None                  # the unpickler's own traceback is kept
+    with pytest.raises(WireFormatError, match=r"^loads: the pickle cannot be loaded: AttributeError: .*NoSuchClass"):
+        loads(b"\x80\x04\x95\x1a\x00\x00\x00\x00\x00\x00\x00\x8c\x08builtins\x94\x8c\x0bNoSuchClass\x94\x93\x94.",
+              allow_pickle=True)

@@ -51,7 +51,7 @@ def decode_tensorpack_record(data: Any, allow_pickle: Optional[bool] = None, wha
     except DatasetFormatError:
         raise
     except WireFormatError as err:
-        raise DatasetFormatError(str(err)) from None
+        raise DatasetFormatError(str(err)) from err.__cause__   # the unpickler's error, if it was one
 
 
 # A zip member's local header: 30 fixed bytes, then its name and extra field (lengths at 26, 28).

@@ -121,7 +121,10 @@ def decode_record(data: Any, allow_pickle: Optional[bool], what: str, max_bytes:
     if is_pickle(data):
         if not pickle_allowed(allow_pickle):
             raise WireFormatError("{}: {}; {}".format(what, PICKLED, pickle_refusal()))
-        return pickle.loads(data)
+        try:
+            return pickle.loads(data)
+        except Exception as err:  # a damaged pickle, or a class the unpickler cannot find here
+            raise WireFormatError("{}: the pickle cannot be loaded: {}: {}".format(what, type(err).__name__, err)) from err
     decoder = _MsgpackNumpyDecoder(what)
     try:
         obj = _unpackb(data, raw=False, strict_map_key=False, object_hook=decoder.object_hook,
