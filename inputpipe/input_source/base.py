@@ -16,14 +16,16 @@ Example::
     with tf.compat.v1.train.MonitoredTrainingSession(hooks=source.get_hooks()) as sess:
         sess.run(train_op)
 """
+import contextlib
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from ..dataflow.base import NotResumableError
 from ..utils.logger import get_logger
+from .callback_hooks import CallbackHook, callbacks_as_hooks
 from .dependency import FetchDependencies
 from .errors import InputSourceError, failure_error
 from .placement import on_host
@@ -100,23 +102,58 @@ class InputSource:
                 ones = [tf.ones(s.shape, s.dtype, name=s.name) for s in self.specs]
                 return Tower(ones, consume_op=None)
 
-    See ``examples/custom_input_source.py`` for a complete, runnable one.
+    A subclass written for tensorpack 0.11 runs unchanged: it implements ``_get_input_tensors()``
+    instead of ``_build_tower()`` (its tensors become the tower), may skip ``super().__init__()``,
+    and may use ``_setup(inputs)``, ``_size()``, ``_reset_state()`` (run when the session starts,
+    with it as the default session), ``_get_callbacks()`` (SessionRunHooks, or tensorpack callbacks
+    that do what a hook does: see :mod:`~inputpipe.input_source.callback_hooks`),
+    ``cached_name_scope()``, ``self._setup_done`` and ``get_callbacks()``.
+
+    See ``examples/custom_input_source.py`` for a complete, runnable one of each protocol.
     """
 
+    # defaults for subclasses written for tensorpack, which do not call super().__init__()
+    _specs: Optional[List[tf.TensorSpec]] = None
+    _hooks: Optional[List[tf.compat.v1.train.SessionRunHook]] = None
+    _callback_hooks: Optional[List[tf.compat.v1.train.SessionRunHook]] = None
+    _closed = False
+    _failure: Optional[BaseException] = None
+    _staged_reads = False
+    _setup_done = False
+    _name_scope: Optional[str] = None
+
     def __init__(self):
-        self._specs: Optional[List[tf.TensorSpec]] = None
+        self._specs = None
         self._towers: List[Tower] = []
-        self._hooks: Optional[List[tf.compat.v1.train.SessionRunHook]] = None
+        self._hooks = None
         self._closed = False
-        self._failure: Optional[BaseException] = None
+        self._failure = None
         self._failure_lock = threading.Lock()
         self._staged_reads = False
         self.stats = InputStats(self.name)
 
+    def __getattr__(self, attribute: str) -> Any:
+        """The base attributes a subclass that skipped ``super().__init__()`` has not made yet."""
+        if attribute == "_towers":
+            value: Any = []
+        elif attribute == "_failure_lock":
+            value = threading.Lock()
+        elif attribute == "stats":
+            value = InputStats(self.name)
+        else:
+            raise AttributeError("{!r} object has no attribute {!r}".format(type(self).__name__, attribute))
+        self.__dict__[attribute] = value
+        return value
+
     # -- public API (tensorpack) -------------------------------------------------------------
     @property
     def name(self) -> str:
-        return type(self).__name__
+        return self.__dict__.get("_name") or type(self).__name__
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.__dict__["_name"] = value
+        self.stats.owner = value
 
     def setup(self, input_signature: Sequence[tf.TensorSpec]) -> List[tf.compat.v1.train.SessionRunHook]:
         """Build the source's ops for ``input_signature`` (named ``tf.TensorSpec``\\ s) in the
@@ -130,9 +167,14 @@ class InputSource:
                 "`with tf.Graph().as_default():`".format(self.name))
         specs = normalize_signature(input_signature, self.name)
         self._graph = tf.compat.v1.get_default_graph()
+        self._caller_scope = self._graph.get_name_scope()
         self._specs = specs
-        with tf.name_scope(self.name):
+        if self._tensorpack_protocol() or not self._scoped_setup():  # as tensorpack: cached_name_scope() is the scope
             self._setup(specs)
+        else:
+            with tf.name_scope(self.name):
+                self._setup(specs)
+        self._setup_done = True
         return self.get_hooks()
 
     def setup_done(self) -> bool:
@@ -148,8 +190,11 @@ class InputSource:
         specs = self._require_setup()
         if tf.compat.v1.get_default_graph() is not self._graph:
             raise RuntimeError("{}.get_input_tensors(): call it in the graph setup() ran in".format(self.name))
-        with tf.name_scope("{}_tower{}".format(self.name, len(self._towers))):
+        if self._tensorpack_protocol():
             tower = self._build_tower()
+        else:
+            with tf.name_scope("{}_tower{}".format(self.name, len(self._towers))):
+                tower = self._build_tower()
         for spec, tensor in zip(specs, tower.tensors):
             if tensor.dtype != spec.dtype:
                 raise InputSourceError("{}: tensor for {!r} has dtype {}, expected {}".format(
@@ -164,12 +209,37 @@ class InputSource:
             self._hooks = self._lifecycle_hooks() + [InputStepHook(self)]
         return list(self._hooks)
 
+    def get_callbacks(self) -> List[tf.compat.v1.train.SessionRunHook]:
+        """tensorpack's name of :meth:`get_hooks`: here, what a source needs maintained while
+        training runs are ``SessionRunHook``\\ s."""
+        return self.get_hooks()
+
     def reset_state(self) -> None:
-        """Prepare the data for iteration (e.g. ``DataFlow.reset_state()``)."""
+        """Prepare the data for iteration (e.g. ``DataFlow.reset_state()``); calls
+        ``_reset_state()`` (tensorpack's protocol)."""
+        self._reset_state()
 
     def size(self) -> int:
-        """Number of batches per epoch; raises ``NotImplementedError`` when unknown."""
-        raise NotImplementedError("{} has no known size".format(self.name))
+        """Number of batches per epoch (``_size()``); raises ``NotImplementedError`` when unknown."""
+        return self._size()
+
+    @contextlib.contextmanager
+    def cached_name_scope(self) -> Iterator[str]:
+        """tensorpack's: enter the same name scope (the source's name, made at the first call) on
+        every call, wherever it is called from.
+
+        Example::
+
+            with self.cached_name_scope():
+                self.queue = tf.compat.v1.FIFOQueue(50, dtypes, name="input_queue")
+        """
+        if self._name_scope:
+            with tf.compat.v1.name_scope(self._name_scope):
+                yield self._name_scope
+        else:
+            with tf.compat.v1.name_scope(self.name) as scope:
+                self._name_scope = scope
+                yield scope
 
     def get_state(self, session: Optional[tf.compat.v1.Session] = None) -> Optional[Dict[str, Any]]:
         """The state of the source's DataFlow after the last datapoint the training steps consumed
@@ -195,7 +265,12 @@ class InputSource:
         try:
             self._stop(None)
         finally:
-            self._close_data()
+            try:
+                for hook in self._callback_hooks or []:
+                    if isinstance(hook, CallbackHook):
+                        hook.finish()             # a session that raised did not end them
+            finally:
+                self._close_data()
 
     def session(self, session: tf.compat.v1.Session) -> "Any":
         """A context manager running this source's hooks around a plain ``tf.compat.v1.Session``.
@@ -215,6 +290,20 @@ class InputSource:
         return False
 
     # -- for subclasses ------------------------------------------------------------------------
+    def _scoped_setup(self) -> bool:
+        """Whether ``_setup`` runs in a name scope of the source's name (inputpipe's protocol)."""
+        return True
+
+    def _setup_wrapped(self, inner: "InputSource", specs: List[tf.TensorSpec]) -> None:
+        """Set up the source ``inner`` that this wrapper reads: one of tensorpack's protocol in the
+        name scope this wrapper's ``setup()`` was called in (as tensorpack's wrappers do), one of
+        inputpipe's inside this wrapper's scope (where its checkpointed variables have always been)."""
+        if not inner._tensorpack_protocol():
+            inner.setup(specs)
+            return
+        with tf.compat.v1.name_scope(self._caller_scope + "/" if self._caller_scope else None):
+            inner.setup(specs)
+
     def _input_position(self) -> Optional[Any]:
         """The :class:`~inputpipe.input_source.position.InputPosition` of the DataFlow this source
         reads, or None (wrappers return the wrapped source's)."""
@@ -233,15 +322,53 @@ class InputSource:
     def _setup(self, specs: List[tf.TensorSpec]) -> None:
         pass
 
+    def _size(self) -> int:
+        raise NotImplementedError("{} has no known size".format(self.name))
+
+    def _reset_state(self) -> None:
+        pass
+
+    def _get_callbacks(self) -> List[Any]:
+        """tensorpack's protocol: what the source needs run while the session runs (see
+        :mod:`~inputpipe.input_source.callback_hooks`)."""
+        return []
+
+    @classmethod
+    def _tensorpack_protocol(cls) -> bool:
+        """Whether the class implements ``_get_input_tensors()`` (tensorpack's protocol) rather
+        than ``_build_tower()``."""
+        return callable(getattr(cls, "_get_input_tensors", None)) and cls._build_tower is InputSource._build_tower
+
     def _build_tower(self) -> Tower:
-        raise NotImplementedError
+        """This base class' version: the tensors of ``_get_input_tensors()`` (tensorpack's
+        protocol) are the tower; a step consumes a batch when it runs the ops that make them."""
+        make = getattr(self, "_get_input_tensors", None)
+        if make is None:
+            raise NotImplementedError("{} implements neither _build_tower() (inputpipe's protocol) nor "
+                                      "_get_input_tensors() (tensorpack's)".format(type(self).__name__))
+        returned = make()
+        tensors = [returned] if isinstance(returned, tf.Tensor) else list(returned)
+        specs = self._require_setup()
+        if len(tensors) != len(specs):
+            raise InputSourceError("{}._get_input_tensors() returned {} tensors, the input signature has {} ({})".format(
+                type(self).__name__, len(tensors), len(specs), ", ".join(s.name for s in specs)))
+        consume = list(dict.fromkeys(t.op for t in tensors))
+        return Tower(tensors, consume_op=consume)
 
     def _lifecycle_hooks(self) -> List[tf.compat.v1.train.SessionRunHook]:
-        """Hooks that start/stop the source but do no per-step work (used by wrappers)."""
-        return [InputSourceHook(self)]
+        """Hooks that start/stop the source, and those its ``_get_callbacks()`` asks for (made
+        once), but not its per-step statistics (used by wrappers)."""
+        if self._callback_hooks is None:
+            self._callback_hooks = callbacks_as_hooks(type(self).__name__, self._get_callbacks())
+        return [InputSourceHook(self)] + list(self._callback_hooks)
 
     def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
-        pass
+        """This base class' version runs ``reset_state()`` with ``session`` as the default
+        session for a source of tensorpack's protocol (as tensorpack's trainer does before
+        training); a source of inputpipe's protocol does what it needs here itself."""
+        if self._tensorpack_protocol():
+            with session.as_default():
+                self.reset_state()
 
     def _stop(self, session: Optional[tf.compat.v1.Session]) -> None:
         pass

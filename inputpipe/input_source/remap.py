@@ -87,13 +87,16 @@ class RemappedInput(InputSource):
     def _claim_batch(self, timeout: float) -> Optional[bool]:
         return self._input._claim_batch(timeout)
 
+    def _scoped_setup(self) -> bool:
+        return not self._input._tensorpack_protocol()    # its scope would be the wrapped source's own name
+
     def _setup(self, specs: List[tf.TensorSpec]) -> None:
         by_name = {s.name: s for s in specs}
         missing = [n for n in self._names if n not in by_name]
         if missing:
             raise InputSourceError("remap_input_source: names {} are not in the input signature {}".format(
                 missing, list(by_name)))
-        self._input.setup([by_name[n] for n in self._names])
+        self._setup_wrapped(self._input, [by_name[n] for n in self._names])
         self._placeholders = {s.name: signature_placeholder(s, self.name)
                               for s in specs if s.name not in self._names}
 

@@ -128,7 +128,7 @@ class StagingInput(FeedfreeInput):
                 raise InputSourceError("{}: the wrapped {} was set up with a different input signature".format(
                     self.name, self._input.name))
         else:
-            self._input.setup(specs)
+            self._setup_wrapped(self._input, specs)
         self._input._read_for_staging()
 
     def _lifecycle_hooks(self) -> List[tf.compat.v1.train.SessionRunHook]:

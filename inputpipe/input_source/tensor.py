@@ -46,12 +46,12 @@ class TensorInput(FeedfreeInput):
     def __init__(self, get_tensor_fn: Callable[[], Sequence[tf.Tensor]], size: Optional[int] = None):
         super().__init__()
         self.get_tensor_fn = require_callable(get_tensor_fn, type(self).__name__, "get_tensor_fn")
-        self._size = None if size is None else int(size)
+        self._fixed_size = None if size is None else int(size)
 
-    def size(self) -> int:
-        if self._size is None:
+    def _size(self) -> int:
+        if self._fixed_size is None:
             raise NotImplementedError("{}: size was not given".format(self.name))
-        return self._size
+        return self._fixed_size
 
     def _make_tensors(self) -> List[Any]:
         return tf.nest.flatten(self.get_tensor_fn())
