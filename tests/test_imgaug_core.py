@@ -336,8 +336,8 @@ def test_bad_inputs_name_the_component():
         imgaug.CenterPaste((3, 8)).augment(np.zeros((4, 6), np.uint8))
     with pytest.raises(TypeError, match="Flip: expected an image as a numpy array .* got list"):
         imgaug.Flip(horiz=True).augment([[1, 2]])
-    with pytest.raises(ValueError, match=r"AugmentorList: expected an image of 2 \(HW\) or 3 \(HWC\) dimensions, "
-                                         r"got shape \(2,\)"):
+    with pytest.raises(ValueError, match=r"^AugmentorList: expected an HW or HWC image, got an array of shape \(2,\) "
+                                         r"and dtype float64$"):
         imgaug.AugmentorList([imgaug.Identity()]).augment(np.zeros(2))
     with pytest.raises(ValueError, match="Flip: horiz and vert cannot both be True"):
         imgaug.Flip(horiz=True, vert=True)

@@ -313,7 +313,9 @@ def test_colour_augmentors_name_themselves_on_a_grey_image(make):
     aug = make()
     with pytest.raises(ValueError) as info:
         aug.augment(np.zeros((4, 5), np.uint8))
-    assert str(info.value) == "{} expects an HxWx3 colour image, got an array of shape (4, 5)".format(type(aug).__name__)
+    assert str(info.value) == "{}: expected {}HxWx3 or HxWx4 image{}, got an array of shape (4, 5) and dtype uint8".format(
+        type(aug).__name__, *(("an ", "") if isinstance(aug, imgaug.Lighting) else
+                              ("a non-empty ", " of a numeric (not bool) dtype")))
 
 
 def test_without_opencv_the_error_names_the_augmentor_and_the_extra(monkeypatch):

@@ -26,6 +26,7 @@ Inside a parallel map's call (a :func:`~inputpipe.dataflow.seeding.datapoint_con
 ``self.rng`` is instead a stream of the datapoint's own seed: the augmentors draw the same numbers
 for a datapoint whichever worker maps it, with any number of workers, and after a restore.
 """
+import functools
 import inspect
 import os
 import pprint
@@ -36,6 +37,7 @@ import numpy as np
 
 from ...utils.logger import get_logger
 from ..seeding import augmentor_rng, new_rng
+from ._image_rule import HW_OR_HWC, ImageRule
 
 __all__ = ["Augmentor", "ImageAugmentor", "AugmentorList", "PhotometricAugmentor"]
 
@@ -76,6 +78,19 @@ def check_image(component: str, img: Any, check_ndim: bool = True) -> None:
     if check_ndim and img.ndim not in (2, 3):
         raise ValueError("{}: expected an image of 2 (HW) or 3 (HWC) dimensions, got shape {}".format(
             component, img.shape))
+
+
+def _checking_the_image(get_transform: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``get_transform`` preceded by the check of the augmentor's ``_image_rule`` (if it has one)."""
+    @functools.wraps(get_transform)
+    def checked(self: Any, img: Any) -> Any:
+        rule = self._image_rule
+        if rule is not None:
+            rule.check(self, img)
+        return get_transform(self, img)
+
+    checked.checks_the_image = True  # type: ignore[attr-defined]
+    return checked
 
 
 def shape2d(component: str, value: Any) -> Tuple[int, int]:
@@ -138,6 +153,11 @@ class ImageAugmentor:
 
     Call ``reset_state()`` in the process that uses the augmentor (the augmenting DataFlows do).
 
+    An augmentor whose ``_image_rule`` is an ``ImageRule`` (every augmentor of this package that
+    needs one; None by default) has it checked before each ``get_transform(img)``, also one a
+    subclass defines: an image it cannot take is a ValueError naming the augmentor, the rule and
+    the shape and dtype that came.
+
     Example::
 
         import numpy as np
@@ -158,6 +178,15 @@ class ImageAugmentor:
         assert aug.augment(np.zeros((2, 2), np.uint8)).tolist() == [[255, 255], [255, 255]]
         assert repr(aug) == "imgaug.RandomInvert(prob=1.0)"
     """
+
+    #: The images ``get_transform`` accepts, checked before it runs (None: no check).
+    _image_rule: Optional[ImageRule] = None
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        method = cls.__dict__.get("get_transform")
+        if inspect.isfunction(method) and not getattr(method, "checks_the_image", False):
+            cls.get_transform = _checking_the_image(method)  # type: ignore[method-assign,assignment]
 
     def __init__(self):
         self.reset_state()
@@ -308,6 +337,8 @@ class AugmentorList(ImageAugmentor):
         assert coords.tolist() == [[5.0, 1.0]]
     """
 
+    _image_rule = HW_OR_HWC
+
     def __init__(self, augmentors: Sequence[ImageAugmentor]):
         if not isinstance(augmentors, (list, tuple)):
             raise TypeError("AugmentorList: expected a list or tuple of augmentors, got {}".format(
@@ -324,7 +355,6 @@ class AugmentorList(ImageAugmentor):
     def get_transform(self, img: np.ndarray) -> Any:
         from .transform import LazyTransform, TransformList
 
-        check_image("AugmentorList", img)
         tfms: List[Any] = []
         for index, aug in enumerate(self.augmentors):
             tfm = aug.get_transform(img) if index == 0 else LazyTransform(aug.get_transform)

@@ -9,6 +9,7 @@ Example::
 import numpy as np
 
 from ._cv2 import import_cv2
+from ._image_rule import NON_EMPTY_HW_OR_HWC, ImageRule
 from .base import PhotometricAugmentor
 
 __all__ = ["ColorSpace", "Grayscale", "ToUint8", "ToFloat32"]
@@ -17,12 +18,17 @@ __all__ = ["ColorSpace", "Grayscale", "ToUint8", "ToFloat32"]
 class ColorSpace(PhotometricAugmentor):
     """Convert with ``cv2.cvtColor(img, mode)``.
 
+    float16 and float64 images are converted in float32 and returned in their dtype; an image the
+    conversion does not take is a ValueError naming the mode, the shape, the dtype and OpenCV's reason.
+
     Example::
 
         import cv2
         aug = imgaug.ColorSpace(cv2.COLOR_BGR2HSV)
         out = aug.augment(bgr_img)
     """
+
+    _image_rule = NON_EMPTY_HW_OR_HWC
 
     def __init__(self, mode: int, keepdims: bool = True):
         """
@@ -37,7 +43,17 @@ class ColorSpace(PhotometricAugmentor):
         self.keepdims = keepdims
 
     def _augment(self, img, _):
-        converted = import_cv2(type(self).__name__).cvtColor(img, self.mode)
+        cv2 = import_cv2(type(self).__name__)
+        source = img.astype(np.float32) if img.dtype.char in "ed" else img    # float16/64: through float32
+        try:
+            converted = cv2.cvtColor(source, self.mode)
+        except cv2.error as err:
+            reason = [line for line in str(err).splitlines() if line.strip()]
+            raise ValueError("{}: OpenCV's cvtColor cannot convert an array of shape {} and dtype {} with mode {}: "
+                             "{}".format(type(self).__name__, img.shape, img.dtype, self.mode,
+                                         reason[-1].strip() if reason else err)) from None
+        if source is not img:
+            converted = converted.astype(img.dtype)
         if self.keepdims and img.ndim == 3 and converted.ndim == 2:
             converted = converted[:, :, np.newaxis]
         return converted
@@ -51,6 +67,8 @@ class Grayscale(ColorSpace):
         aug = imgaug.Grayscale(keepdims=True, rgb=False)
         out = aug.augment(bgr_img)      # HxWx1
     """
+
+    _image_rule = ImageRule((3,), channels=(3, 4), nonempty=True)      # colour, or colour and alpha
 
     def __init__(self, keepdims: bool = True, rgb: bool = False, keepshape: bool = False):
         """

@@ -4,6 +4,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from ._cv2 import INTER_LINEAR, import_cv2
+from ._image_rule import HW_OR_HWC, NON_EMPTY_HW_OR_HWC
 from .base import ImageAugmentor, ImagePlaceholder, shape2d
 from .misc import ResizeShortestEdge
 from .transform import CropTransform, PhotometricTransform, ResizeTransform, TransformList
@@ -29,6 +30,8 @@ class RandomCrop(ImageAugmentor):
         assert aug.augment(np.zeros((5, 5, 3), np.uint8)).shape == (2, 3, 3)
     """
 
+    _image_rule = HW_OR_HWC
+
     def __init__(self, crop_shape: Any):
         shape = shape2d("RandomCrop", crop_shape)
         super().__init__()
@@ -51,6 +54,8 @@ class CenterCrop(ImageAugmentor):
         img = np.arange(16, dtype=np.uint8).reshape(4, 4)
         assert imgaug.CenterCrop(2).augment(img).tolist() == [[5, 6], [9, 10]]
     """
+
+    _image_rule = HW_OR_HWC
 
     def __init__(self, crop_shape: Any):
         self.crop_shape = shape2d("CenterCrop", crop_shape)
@@ -79,6 +84,8 @@ class RandomCropRandomShape(ImageAugmentor):
         assert 2 <= h <= 4 and 2 <= w <= 4
     """
 
+    _image_rule = HW_OR_HWC
+
     def __init__(self, wmin: int, hmin: int, wmax: Optional[int] = None, hmax: Optional[int] = None,
                  max_aspect_ratio: Optional[float] = None):
         super().__init__()
@@ -88,6 +95,9 @@ class RandomCropRandomShape(ImageAugmentor):
     def get_transform(self, img: np.ndarray) -> Any:
         hmax = self.hmax or img.shape[0]
         wmax = self.wmax or img.shape[1]
+        if hmax < self.hmin or wmax < self.wmin:
+            raise ValueError("RandomCropRandomShape: crop of (h, w) from ({}, {}) to ({}, {}) does not fit in an image "
+                             "of shape {}".format(self.hmin, self.wmin, hmax, wmax, tuple(img.shape)))
         h = self.rng.randint(self.hmin, hmax + 1)
         w = self.rng.randint(self.wmin, wmax + 1)
         _check_fits("RandomCropRandomShape", (h, w), img.shape)
@@ -109,6 +119,8 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
         aug.reset_state()
         assert aug.augment(np.zeros((20, 30, 3), np.uint8)).shape == (8, 8, 3)
     """
+
+    _image_rule = NON_EMPTY_HW_OR_HWC
 
     def __init__(self, crop_area_fraction: Tuple[float, float] = (0.08, 1.),
                  aspect_ratio_range: Tuple[float, float] = (0.75, 1.333),
@@ -155,6 +167,8 @@ class RandomCutout(ImageAugmentor):
         out = aug.augment(np.zeros((4, 4), np.uint8))
         assert (out == 7).sum() in (2, 4)
     """
+
+    _image_rule = HW_OR_HWC
 
     def __init__(self, h_range: Any, w_range: Any, fill: float = 0.):
         super().__init__()

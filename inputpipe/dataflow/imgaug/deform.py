@@ -8,6 +8,7 @@ from typing import Any, Optional, Sequence, Tuple
 import numpy as np
 
 from ...utils.logger import get_logger
+from ._image_rule import HW_OR_HWC
 from .base import ImageAugmentor
 from .transform import TransformFactory
 
@@ -78,6 +79,8 @@ class GaussianDeform(ImageAugmentor):
         aug.reset_state()
         assert aug.augment(np.zeros((8, 8, 3), np.uint8)).shape == (8, 8, 3)
     """
+
+    _image_rule = HW_OR_HWC
 
     def __init__(self, anchors: Sequence[Tuple[float, float]], shape: Tuple[int, int], sigma: float = 0.5,
                  randrange: Optional[float] = None):

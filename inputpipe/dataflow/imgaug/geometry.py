@@ -5,6 +5,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from ._cv2 import BORDER_REPLICATE, INTER_LINEAR, import_cv2
+from ._image_rule import NON_EMPTY_HW_OR_HWC
 from .base import ImageAugmentor
 from .transform import CropTransform, TransformList, WarpAffineTransform
 
@@ -30,6 +31,8 @@ class Shift(ImageAugmentor):
         aug.reset_state()
         assert aug.augment(np.zeros((10, 10, 3), np.uint8)).shape == (10, 10, 3)
     """
+
+    _image_rule = NON_EMPTY_HW_OR_HWC
 
     def __init__(self, horiz_frac: float = 0, vert_frac: float = 0, border: int = BORDER_REPLICATE,
                  border_value: Any = 0):
@@ -65,6 +68,8 @@ class Rotation(ImageAugmentor):
         assert any(np.array_equal(out, np.rot90(img, k)) for k in range(4))
     """
 
+    _image_rule = NON_EMPTY_HW_OR_HWC
+
     def __init__(self, max_deg: float, center_range: Tuple[float, float] = (0, 1), interp: int = INTER_LINEAR,
                  border: int = BORDER_REPLICATE, step_deg: Optional[float] = None, border_value: Any = 0):
         import_cv2("Rotation")
@@ -98,6 +103,8 @@ class RotationAndCropValid(ImageAugmentor):
         h, w = aug.augment(np.zeros((40, 60), np.uint8)).shape
         assert h <= 40 and w <= 60
     """
+
+    _image_rule = NON_EMPTY_HW_OR_HWC
 
     def __init__(self, max_deg: float, interp: int = INTER_LINEAR, step_deg: Optional[float] = None):
         import_cv2("RotationAndCropValid")
@@ -157,6 +164,8 @@ class Affine(ImageAugmentor):
         aug.reset_state()
         assert aug.augment(np.zeros((8, 8, 3), np.float32)).shape == (8, 8, 3)
     """
+
+    _image_rule = NON_EMPTY_HW_OR_HWC
 
     def __init__(self, scale: Optional[Tuple[float, float]] = None, translate_frac: Optional[Tuple[float, float]] = None,
                  rotate_max_deg: float = 0.0, shear: float = 0.0, interp: int = INTER_LINEAR,

@@ -11,12 +11,13 @@ Example::
     aug = imgaug.AugmentorList([imgaug.BrightnessScale((0.6, 1.4)), imgaug.Contrast((0.6, 1.4))])
     out = aug.augment(img)   # img: HxWx3 uint8 -> HxWx3 uint8
 """
-from typing import Optional, Sequence, Union, cast
+from typing import Callable, Optional, Sequence, Union, cast
 
 import numpy as np
 
 from ...utils.logger import get_logger
-from ._cv2 import import_cv2
+from ._cv2 import apply_per_channel, import_cv2
+from ._image_rule import HW_OR_HWC, ImageRule
 from .base import PhotometricAugmentor
 
 __all__ = ["Hue", "Brightness", "BrightnessScale", "Contrast", "MeanVarianceNormalize",
@@ -32,27 +33,42 @@ def _clip_and_cast(img: np.ndarray, dtype: np.dtype, clip: bool) -> np.ndarray:
     return img.astype(dtype)
 
 
-def _require_color(component: str, img: np.ndarray) -> None:
-    if img.ndim != 3 or img.shape[2] != 3:
-        raise ValueError("{} expects an HxWx3 colour image, got an array of shape {}".format(
-            component, img.shape))
+def _for_opencv(img: np.ndarray, native: str) -> np.ndarray:
+    """``img`` when its dtype (numpy type character) is in ``native``, the dtypes the OpenCV colour
+    conversion takes; else a float32 copy (float16, float64, integers other than those)."""
+    return img if img.dtype.char in native else img.astype(np.float32)
 
 
-def _opencv_float(img: np.ndarray) -> np.ndarray:
-    """OpenCV's colour conversions take uint8/uint16/float32 only: float64 goes through float32."""
-    return img.astype(np.float32) if img.dtype == np.float64 else img
+def _keeping_alpha(func: Callable[[np.ndarray], np.ndarray], img: np.ndarray) -> np.ndarray:
+    """``func`` of an HxWx3 image; of an HxWx4 one, ``func`` of its first three channels with the
+    fourth (alpha) passed through unchanged."""
+    if img.shape[2] == 4:
+        colour = func(img[:, :, :3])
+        return np.concatenate([colour, img[:, :, 3:].astype(colour.dtype, copy=False)], axis=2)
+    return func(img)
+
+
+# Images the colour augmentors take: RGB or BGR (an alpha channel passes through unchanged); those
+# that convert colours with OpenCV also need pixels and a numeric dtype.
+_COLOUR = ImageRule((3,), channels=(3, 4))
+_COLOUR_FOR_OPENCV = ImageRule((3,), channels=(3, 4), nonempty=True, kinds="uif")
+_GREY_OR_COLOUR = ImageRule((0, 1, 2, 3), channels=(3, 4), nonempty=True)
+_UP_TO_3D = ImageRule((0, 1, 2, 3))
 
 
 class Hue(PhotometricAugmentor):
     """Shift the hue by a random offset (in OpenCV's half-degree units, 180 = a full turn).
 
-    Works on uint8 and float images (float64 is computed in float32 and returned as float64).
+    Takes HxWx3 images (HxWx4: the alpha channel is kept) of any numeric dtype: dtypes other than
+    uint8 and float32 are computed in float32 and returned in their own dtype.
 
     Example::
 
         aug = imgaug.Hue(range=(-10, 10), rgb=True)
         out = aug.augment(rgb_uint8_image)
     """
+
+    _image_rule = _COLOUR_FOR_OPENCV
 
     def __init__(self, range: Sequence[float] = (0, 180), rgb: bool = True):
         """
@@ -70,17 +86,18 @@ class Hue(PhotometricAugmentor):
         return self._rand_range(*self.range)
 
     def _augment(self, img, hue):
+        return _keeping_alpha(lambda colour: self._shift_hue(colour, hue), img)
+
+    def _shift_hue(self, img, hue):
         cv2 = import_cv2(type(self).__name__)
-        _require_color("Hue", img)
-        old_dtype = img.dtype
         to_hsv, from_hsv = ((cv2.COLOR_RGB2HSV, cv2.COLOR_HSV2RGB) if self.rgb
                             else (cv2.COLOR_BGR2HSV, cv2.COLOR_HSV2BGR))
-        hsv = cv2.cvtColor(_opencv_float(img), to_hsv)
+        hsv = cv2.cvtColor(_for_opencv(img, "Bf"), to_hsv)
         if hsv.dtype == np.uint8:
             hsv[..., 0] = (hsv[..., 0] + hue) % 180        # 8-bit hue is 0..179
         else:
             hsv[..., 0] = (hsv[..., 0] + 2 * hue) % 360    # float hue is in degrees
-        return cv2.cvtColor(hsv, from_hsv).astype(old_dtype, copy=False)
+        return cv2.cvtColor(hsv, from_hsv).astype(img.dtype, copy=False)
 
 
 class Brightness(PhotometricAugmentor):
@@ -141,7 +158,8 @@ class Contrast(PhotometricAugmentor):
     """Scale each pixel's distance from the mean: ``x = (x - mean) * factor + mean``.
 
     The mean is per channel when ``rgb`` is None, else the mean of the grey image (RGB or BGR
-    order as ``rgb`` says); a 2-D image uses its overall mean.
+    order as ``rgb`` says; an alpha channel of an HxWx4 image is kept); a 2-D image uses its
+    overall mean.
 
     Example::
 
@@ -162,21 +180,24 @@ class Contrast(PhotometricAugmentor):
         self.factor_range = factor_range
         self.rgb = rgb
         self.clip = clip
+        # the mean is per channel (rgb=None) or of the grey image of RGB/BGR(A) channels
+        self._image_rule = _UP_TO_3D if rgb is None else _GREY_OR_COLOUR
 
     def _get_augment_params(self, _):
         return self._rand_range(*self.factor_range)
 
     def _augment(self, img, factor):
+        if not img.size:
+            return img.copy()    # no mean to scale around
         if img.ndim == 3 and self.rgb is not None:
-            cv2 = import_cv2(type(self).__name__)
-            _require_color("Contrast(rgb={})".format(self.rgb), img)
-            grey = cv2.cvtColor(img.astype(np.float32), cv2.COLOR_RGB2GRAY if self.rgb else cv2.COLOR_BGR2GRAY)
-            mean = np.mean(grey)
-        elif img.ndim == 3:
-            mean = np.mean(img, axis=(0, 1), keepdims=True)
-        else:
-            mean = np.mean(img)
+            return _keeping_alpha(lambda colour: self._against_grey(colour, factor), img)
+        mean = np.mean(img, axis=(0, 1), keepdims=True) if img.ndim == 3 else np.mean(img)
         return _clip_and_cast(img * factor + mean * (1 - factor), img.dtype, self.clip)
+
+    def _against_grey(self, img, factor):
+        cv2 = import_cv2(type(self).__name__)
+        grey = cv2.cvtColor(img.astype(np.float32), cv2.COLOR_RGB2GRAY if self.rgb else cv2.COLOR_BGR2GRAY)
+        return _clip_and_cast(img * factor + np.mean(grey) * (1 - factor), img.dtype, self.clip)
 
 
 class MeanVarianceNormalize(PhotometricAugmentor):
@@ -197,9 +218,12 @@ class MeanVarianceNormalize(PhotometricAugmentor):
         """
         super().__init__()
         self.all_channel = all_channel
+        self._image_rule = None if all_channel else HW_OR_HWC      # per channel: the last axis of HWC
 
     def _augment(self, img, _):
         img = img.astype(np.float32)
+        if not img.size:
+            return img           # no values to normalise
         if self.all_channel:
             mean, std = np.mean(img), np.std(img)
         else:
@@ -216,7 +240,11 @@ class GaussianBlur(PhotometricAugmentor):
 
         aug = imgaug.GaussianBlur(size_range=(0, 3), sigma_range=(0, 0))
         out = aug.augment(img)     # same shape and dtype
+
+    Any real dtype and channel count (see :func:`~inputpipe.dataflow.imgaug._cv2.apply_per_channel`).
     """
+
+    _image_rule = ImageRule((0, 1, 2, 3), nonempty=True)
 
     def __init__(self, size_range: Union[int, Sequence[int]] = (0, 3), sigma_range: Sequence[float] = (0, 0),
                  symmetric: bool = True, max_size: Optional[int] = None):
@@ -251,8 +279,8 @@ class GaussianBlur(PhotometricAugmentor):
     def _augment(self, img, params):
         cv2 = import_cv2(type(self).__name__)
         (size_x, size_y), (sigma_x, sigma_y) = params
-        blurred = cv2.GaussianBlur(img, (int(size_x), int(size_y)), sigmaX=float(sigma_x), sigmaY=float(sigma_y),
-                                   borderType=cv2.BORDER_REPLICATE)
+        blurred = apply_per_channel(type(self).__name__, cv2.GaussianBlur, img, (int(size_x), int(size_y)),
+                                    sigmaX=float(sigma_x), sigmaY=float(sigma_y), borderType=cv2.BORDER_REPLICATE)
         return blurred.reshape(img.shape)
 
 
@@ -281,11 +309,13 @@ class Gamma(PhotometricAugmentor):
         return self._rand_range(*self.range)
 
     def _augment(self, img, gamma):
-        cv2 = import_cv2(type(self).__name__)
         table = ((np.arange(256, dtype=np.float32) / 255) ** (1.0 / (1.0 + gamma)) * 255).astype(np.uint8)
         as_uint8 = np.clip(img, 0, 255).astype(np.uint8)
-        out = cv2.LUT(as_uint8, table).astype(img.dtype)
-        return out.reshape(img.shape)
+        if as_uint8.size and 1 <= as_uint8.ndim <= 3 and (as_uint8.ndim < 3 or as_uint8.shape[2] <= 4):
+            out = import_cv2(type(self).__name__).LUT(as_uint8, table)
+        else:     # what cv2.LUT does not take (no pixels, a scalar, many channels): the same lookup
+            out = table[as_uint8]
+        return out.astype(img.dtype).reshape(img.shape)
 
 
 class Clip(PhotometricAugmentor):
@@ -313,13 +343,16 @@ class Clip(PhotometricAugmentor):
 class Saturation(PhotometricAugmentor):
     """Blend the image with its grey version: ``x = x * v + grey * (1 - v)``, v in [1 - alpha, 1 + alpha).
 
-    As in fb.resnet.torch's colour augmentation. Needs an HxWx3 image.
+    As in fb.resnet.torch's colour augmentation. Needs an HxWx3 image (HxWx4: the alpha channel
+    is kept).
 
     Example::
 
         aug = imgaug.Saturation(0.4, rgb=True)
         out = aug.augment(img)
     """
+
+    _image_rule = _COLOUR_FOR_OPENCV
 
     def __init__(self, alpha: float = 0.4, rgb: bool = True, clip: bool = True):
         """
@@ -340,9 +373,11 @@ class Saturation(PhotometricAugmentor):
         return 1 + self._rand_range(-self.alpha, self.alpha)
 
     def _augment(self, img, factor):
+        return _keeping_alpha(lambda colour: self._blend_with_grey(colour, factor), img)
+
+    def _blend_with_grey(self, img, factor):
         cv2 = import_cv2(type(self).__name__)
-        _require_color("Saturation", img)
-        grey = cv2.cvtColor(_opencv_float(img), cv2.COLOR_RGB2GRAY if self.rgb else cv2.COLOR_BGR2GRAY)
+        grey = cv2.cvtColor(_for_opencv(img, "BHf"), cv2.COLOR_RGB2GRAY if self.rgb else cv2.COLOR_BGR2GRAY)
         out = img * factor + (grey * (1 - factor))[:, :, np.newaxis]
         return _clip_and_cast(out, img.dtype, self.clip)
 
@@ -350,7 +385,7 @@ class Saturation(PhotometricAugmentor):
 class Lighting(PhotometricAugmentor):
     """AlexNet-style PCA lighting noise: add ``eigvec @ (alpha * eigval)``, alpha ~ N(0, std^2) per component.
 
-    As in fb.resnet.torch. Needs an HxWx3 image.
+    As in fb.resnet.torch. Needs an HxWx3 image (HxWx4: the alpha channel is kept).
 
     Example::
 
@@ -359,6 +394,8 @@ class Lighting(PhotometricAugmentor):
         aug = imgaug.Lighting(0.1, eigval=[v * 255 for v in eigval], eigvec=eigvec)
         out = aug.augment(img)
     """
+
+    _image_rule = _COLOUR
 
     def __init__(self, std: float, eigval, eigvec, clip: bool = True):
         """
@@ -380,12 +417,11 @@ class Lighting(PhotometricAugmentor):
         self.clip = clip
 
     def _get_augment_params(self, img):
-        _require_color("Lighting", img)
         return (self.rng.randn(3) * self.std).astype(np.float32)
 
     def _augment(self, img, alpha):
         shift = np.dot(self.eigvec, (alpha * self.eigval).reshape((3, 1))).reshape((3,))
-        return _clip_and_cast(np.add(img, shift), img.dtype, self.clip)
+        return _keeping_alpha(lambda colour: _clip_and_cast(np.add(colour, shift), colour.dtype, self.clip), img)
 
 
 class MinMaxNormalize(PhotometricAugmentor):
@@ -409,9 +445,12 @@ class MinMaxNormalize(PhotometricAugmentor):
         self.min = min
         self.max = max
         self.all_channel = all_channel
+        self._image_rule = None if all_channel else HW_OR_HWC      # per channel: the last axis of HWC
 
     def _augment(self, img, _):
         img = img.astype(np.float32)
+        if not img.size:
+            return img           # no values to scale
         if self.all_channel:
             low, high = np.min(img), np.max(img)
         else:

@@ -5,6 +5,7 @@ import numpy as np
 
 from ...utils.logger import get_logger
 from ._cv2 import INTER_LINEAR, import_cv2
+from ._image_rule import HW_OR_HWC, NON_EMPTY_HW_OR_HWC
 from .base import ImageAugmentor, shape2d
 from .transform import FlipTransform, NoOpTransform, ResizeTransform, TransposeTransform
 
@@ -23,6 +24,8 @@ class Flip(ImageAugmentor):
         aug = imgaug.Flip(horiz=True, prob=1.0)
         assert aug.augment(np.array([[1, 2, 3]], np.uint8)).tolist() == [[3, 2, 1]]
     """
+
+    _image_rule = HW_OR_HWC
 
     def __init__(self, horiz: bool = False, vert: bool = False, prob: float = 0.5):
         super().__init__()
@@ -49,6 +52,8 @@ class Resize(ImageAugmentor):
         assert imgaug.Resize((3, 5)).augment(np.zeros((6, 6, 3), np.uint8)).shape == (3, 5, 3)
     """
 
+    _image_rule = NON_EMPTY_HW_OR_HWC
+
     def __init__(self, shape: Any, interp: int = INTER_LINEAR):
         import_cv2("Resize")
         self.shape = shape2d("Resize", shape)
@@ -68,6 +73,8 @@ class ResizeShortestEdge(ImageAugmentor):
         from inputpipe.dataflow import imgaug
         assert imgaug.ResizeShortestEdge(4).augment(np.zeros((10, 15), np.uint8)).shape == (4, 6)
     """
+
+    _image_rule = NON_EMPTY_HW_OR_HWC
 
     def __init__(self, size: int, interp: int = INTER_LINEAR):
         import_cv2("ResizeShortestEdge")
@@ -115,6 +122,8 @@ class RandomResize(ImageAugmentor):
         out = aug.augment(np.zeros((10, 20), np.uint8))
         assert 5 <= out.shape[0] <= 20 and abs(out.shape[1] - 2 * out.shape[0]) <= 1
     """
+
+    _image_rule = NON_EMPTY_HW_OR_HWC
 
     def __init__(self, xrange: Tuple[Any, Any], yrange: Optional[Tuple[Any, Any]] = None,
                  minimum: Tuple[int, int] = (0, 0), aspect_ratio_thres: float = 0.15, interp: int = INTER_LINEAR):
@@ -172,6 +181,8 @@ class Transpose(ImageAugmentor):
         from inputpipe.dataflow import imgaug
         assert imgaug.Transpose(prob=1.0).augment(np.zeros((2, 5, 3), np.uint8)).shape == (5, 2, 3)
     """
+
+    _image_rule = HW_OR_HWC
 
     def __init__(self, prob: float = 0.5):
         import_cv2("Transpose")

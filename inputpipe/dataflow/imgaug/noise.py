@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from ._cv2 import import_cv2
+from ._image_rule import ImageRule
 from .base import PhotometricAugmentor
 
 __all__ = ["JpegNoise", "GaussianNoise", "SaltPepperNoise"]
@@ -21,13 +22,16 @@ class JpegNoise(PhotometricAugmentor):
 
     The quality is drawn from [low, high) (so ``high`` itself is never used). uint8 and float
     images in [0, 255] work; float values are rounded and clipped to uint8 for the encoder and
-    the result is cast back. The output has the input's shape (grey stays grey).
+    the result is cast back. The output has the input's shape (grey stays grey); the alpha channel
+    of an HxWx4 image is kept as it is.
 
     Example::
 
         aug = imgaug.JpegNoise(quality_range=(40, 100))
         out = aug.augment(img)
     """
+
+    _image_rule = ImageRule((2, 3), channels=(1, 3, 4), nonempty=True)
 
     def __init__(self, quality_range: Sequence[int] = (40, 100)):
         """
@@ -42,6 +46,9 @@ class JpegNoise(PhotometricAugmentor):
         return self.rng.randint(*self.quality_range)
 
     def _augment(self, img, quality):
+        if img.ndim == 3 and img.shape[2] == 4:      # JPEG holds no alpha: compress the colour, keep the alpha
+            colour = self._augment(img[:, :, :3], quality)
+            return np.concatenate([colour, img[:, :, 3:]], axis=2)
         cv2 = import_cv2(type(self).__name__)
         as_uint8 = img if img.dtype == np.uint8 else np.clip(np.rint(img), 0, 255).astype(np.uint8)
         grey = img.ndim == 2 or img.shape[2] == 1
@@ -83,7 +90,8 @@ class GaussianNoise(PhotometricAugmentor):
 
 
 class SaltPepperNoise(PhotometricAugmentor):
-    """Set random elements to 255 (salt) or 0 (pepper), each element and channel on its own.
+    """Set random elements to 255 (salt; int8 images: 127) or 0 (pepper), each element and channel
+    on its own.
 
     Returns a new array; the input is left untouched.
 
@@ -111,6 +119,7 @@ class SaltPepperNoise(PhotometricAugmentor):
 
     def _augment(self, img, draws):
         out = np.array(img, copy=True)
-        out[draws > 1 - self.white_prob] = 255
+        white = min(255, np.iinfo(out.dtype).max) if out.dtype.kind in "iu" else 255    # int8: its largest, 127
+        out[draws > 1 - self.white_prob] = white
         out[draws < self.black_prob] = 0
         return out

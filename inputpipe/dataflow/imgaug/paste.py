@@ -3,6 +3,7 @@ from typing import Any, Optional, Tuple, cast
 
 import numpy as np
 
+from ._image_rule import HW_OR_HWC
 from .base import ImageAugmentor, shape2d
 from .transform import Transform
 
@@ -107,6 +108,8 @@ class CenterPaste(ImageAugmentor):
         out = imgaug.CenterPaste((4, 4)).augment(np.ones((2, 2), np.uint8))
         assert out.tolist() == [[0, 0, 0, 0], [0, 1, 1, 0], [0, 1, 1, 0], [0, 0, 0, 0]]
     """
+
+    _image_rule = HW_OR_HWC
 
     def __init__(self, background_shape: Any, background_filler: Optional[BackgroundFiller] = None):
         if background_filler is None:

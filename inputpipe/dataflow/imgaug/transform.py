@@ -20,7 +20,7 @@ from typing import Any, Callable, List, Optional
 
 import numpy as np
 
-from ._cv2 import BORDER_CONSTANT, INTER_LINEAR, import_cv2
+from ._cv2 import BORDER_CONSTANT, INTER_LINEAR, MAX_OPENCV_CHANNELS, OPENCV_DTYPES, apply_per_channel, import_cv2
 from .base import ImageAugmentor, default_repr
 
 __all__ = [
@@ -102,7 +102,8 @@ class Transform(BaseTransform):
 
 
 class ResizeTransform(Transform):
-    """Resize an ``h x w`` image to ``new_h x new_w`` with OpenCV interpolation ``interp``.
+    """Resize an ``h x w`` image to ``new_h x new_w`` with OpenCV interpolation ``interp`` (any real
+    dtype and channel count: see :func:`~inputpipe.dataflow.imgaug._cv2.apply_per_channel`).
 
     Example::
 
@@ -123,7 +124,8 @@ class ResizeTransform(Transform):
             raise ValueError("ResizeTransform: made for images of shape {} (h, w), got an image of shape {}".format(
                 (self.h, self.w), img.shape))
         cv2 = import_cv2("ResizeTransform")
-        return _keep_channel_axis(img, cv2.resize(img, (self.new_w, self.new_h), interpolation=self.interp))
+        return _keep_channel_axis(img, apply_per_channel("ResizeTransform", cv2.resize, img, (self.new_w, self.new_h),
+                                                         interpolation=self.interp))
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
         coords = _float_coords(coords)
@@ -159,7 +161,8 @@ class CropTransform(Transform):
 
 
 class WarpAffineTransform(Transform):
-    """``cv2.warpAffine`` with the 2x3 matrix ``mat`` to an output of size ``dsize = (w, h)``.
+    """``cv2.warpAffine`` with the 2x3 matrix ``mat`` to an output of size ``dsize = (w, h)``, for
+    any real dtype and channel count (as :class:`ResizeTransform`).
 
     ``mat`` maps OpenCV pixel indices (pixel centres at integers); ``apply_coords`` maps
     continuous coordinates (centres at ``+ 0.5``) consistently with it, so a point follows its
@@ -185,8 +188,8 @@ class WarpAffineTransform(Transform):
 
     def apply_image(self, img: np.ndarray) -> np.ndarray:
         cv2 = import_cv2("WarpAffineTransform")
-        out = cv2.warpAffine(img, self.mat, tuple(int(v) for v in self.dsize), flags=self.interp,
-                             borderMode=self.borderMode, borderValue=self.borderValue)
+        out = apply_per_channel("WarpAffineTransform", cv2.warpAffine, img, self.mat, tuple(int(v) for v in self.dsize),
+                                flags=self.interp, borderMode=self.borderMode, borderValue=self.borderValue)
         return _keep_channel_axis(img, out)
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
@@ -224,7 +227,7 @@ class FlipTransform(Transform):
 
 
 class TransposeTransform(Transform):
-    """Swap the image's rows and columns (HWC stays HWC).
+    """Swap the image's rows and columns (HWC stays HWC, any dtype keeps its dtype).
 
     Example::
 
@@ -240,7 +243,10 @@ class TransposeTransform(Transform):
         import_cv2("TransposeTransform")
 
     def apply_image(self, img: np.ndarray) -> np.ndarray:
-        return _keep_channel_axis(img, import_cv2("TransposeTransform").transpose(img))
+        if img.dtype.char in OPENCV_DTYPES and img.size and (img.ndim < 3 or img.shape[2] <= MAX_OPENCV_CHANNELS):
+            return _keep_channel_axis(img, import_cv2("TransposeTransform").transpose(img))
+        # what OpenCV does not take (bool, 64-bit integers it would cast to int32, no pixels, more channels)
+        return np.ascontiguousarray(img.swapaxes(0, 1))
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
         return _float_coords(coords)[:, ::-1]
