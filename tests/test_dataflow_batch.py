@@ -244,17 +244,25 @@ def test_batch_by_shape_loses_nothing_when_the_consumer_stops_at_a_batch():
     assert [b[1].tolist() for b in bad] == [[7, 8]]  # the failed group did not stay behind
 
 
-def test_batch_by_shape_with_dict_key_has_no_length_and_is_not_reentrant():
-    items = [{"x": np.zeros(1), "y": i} for i in range(4)]
+def test_batch_by_shape_has_tensorpacks_estimated_length_and_is_not_reentrant():
+    items = [{"x": np.zeros(1 + i % 2), "y": i} for i in range(7)]
     df = BatchDataByShape(flow(items), 2, idx="x")
     df.reset_state()
-    with pytest.raises(DataFlowLengthUnknown, match="BatchDataByShape has no length: it depends on the shapes"):
-        len(df)
+    assert len(df) == 3                     # len(ds) // batch_size, as in tensorpack
+    assert len(df) // 2 == 1                # what scripts compute at start-up (steps per GPU)
     first = iter(df)
-    assert next(first)["y"].tolist() == [0, 1]
+    assert next(first)["y"].tolist() == [0, 2]
     with pytest.raises(RuntimeError, match="BatchDataByShape is not re-entrant"):
         next(iter(df))
     first.close()
+    # an epoch of 7 datapoints in two shapes (4 and 3) makes 3 full batches and leaves one
+    # datapoint waiting, which the next epoch completes first
+    fresh = BatchDataByShape(flow(items), 2, idx="x")
+    fresh.reset_state()
+    assert [b["y"].tolist() for b in fresh] == [[0, 2], [1, 3], [4, 6]]
+    assert [b["y"].tolist() for b in fresh] == [[5, 1], [0, 2], [3, 5], [4, 6]]
+    with pytest.raises(DataFlowLengthUnknown, match="has no length"):
+        len(BatchDataByShape(DataFromGenerator(lambda: iter(items)), 2, idx="x"))
 
 
 def test_numpy_scalars_among_python_numbers():

@@ -18,8 +18,8 @@ from ..utils.buffers import ALIGN_MIN_BYTES, aligned_empty
 from ._helpers import close_iterators, check_positive_int, length_of
 from ._state import MAX_STATE_COUNT, IntRange, ListOf, StatePlan, check_input_state
 from .base import (
-    DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, StateMismatchError, check_state,
-    empty_passes_mean_stuck, empty_passes_text, get_length, is_resumable,
+    DataFlow, DataFlowReentrantGuard, ProxyDataFlow, StateMismatchError, check_state,
+    empty_passes_mean_stuck, empty_passes_text, get_length, is_resumable, raise_if_stopping,
 )
 
 __all__ = ["BatchData", "BatchDataByShape"]
@@ -291,7 +291,12 @@ class BatchDataByShape(BatchData):
     Datapoints are grouped by ``dp[idx].shape``; a group is produced as a batch (by the rules of
     :class:`BatchData`) as soon as it has ``batch_size`` datapoints. Groups that are not full at
     the end of an epoch are kept and continue in the next epoch (until ``reset_state()``), so this
-    flow is not re-entrant and has no length.
+    flow is not re-entrant.
+
+    Its length is tensorpack's estimate, ``len(ds) // batch_size``: the number of full batches
+    one epoch of the input could make. An epoch yields fewer when groups are left unfilled and
+    more when groups from earlier epochs fill up, so count epochs by ``len()`` only to size a
+    schedule (e.g. steps per epoch), not to check the data.
 
     Resuming: the state holds no data, only the numbers of the datapoints waiting in groups and
     the input's state from before the oldest of them was read. A restore re-reads the input from
@@ -323,7 +328,8 @@ class BatchDataByShape(BatchData):
         self._clear()
 
     def __len__(self) -> int:
-        raise DataFlowLengthUnknown("BatchDataByShape has no length: it depends on the shapes")
+        """``len(ds) // batch_size`` (an estimate, as in tensorpack: see the class docstring)."""
+        return length_of(self, self.ds) // self.batch_size
 
     def __iter__(self) -> Iterator[Any]:
         restore, self._restore = self._restore, None
@@ -347,6 +353,7 @@ class BatchDataByShape(BatchData):
         itr = iter(self.ds)
         empty, read_before = 0, self._read
         while self._read < restore["read"]:
+            raise_if_stopping(self)
             dp = self._next(itr, record)
             if dp is _END:
                 empty, read_before = (0 if self._read > read_before else empty + 1), self._read
