@@ -104,24 +104,40 @@ def test_shape_mismatch_names_component_index_and_both_shapes():
         batches_of(items, 4)
 
 
-def test_dtype_mismatch_is_an_error_not_a_silent_cast():
-    items = [{"img": np.zeros(2, np.float32)}, {"img": np.zeros(2, np.float64)}]
+def test_other_dtypes_take_the_first_ones_as_in_tensorpack_when_no_value_changes():
+    batch, = batches_of([{"img": np.full(2, 0.1, np.float32)}, {"img": np.full(2, 0.1, np.float64)}], 2)
+    assert batch["img"].dtype == np.float32 and batch["img"].tolist() == [[np.float32(0.1)] * 2] * 2
+    (labels,), = batches_of([[np.int32(3)], [np.int64(-5)], [7], [True]], 4)
+    assert labels.dtype == np.int32 and labels.tolist() == [3, -5, 7, 1]
+    (pixels,), = batches_of([[np.zeros(2, np.float32)], [np.array([255, 2 ** 24], np.int64)]], 2)
+    assert pixels.dtype == np.float32 and pixels.tolist() == [[0, 0], [255, 2 ** 24]]
+
+
+def test_a_cast_that_would_change_values_is_an_error_not_a_silent_cast():
+    cases = [
+        ([np.zeros(2, np.int32)], [np.full(2, 2 ** 40)], r"dtype int64 but datapoint 0 has .* dtype int32; casting "
+                                                         r"it to the batch's int32 would change its values"),
+        ([np.zeros(2, np.int64)], [np.full(2, 0.5)], r"dtype float64 but .* int64 would change its values"),
+        ([np.zeros(2, np.uint8)], [np.full(2, -1)], r"dtype int64 but .* uint8 would change its values"),
+        ([np.zeros(2, np.float32)], [np.full(2, 2 ** 25 + 1)], r"float32 would change its values"),
+        ([np.float32(1)], [1 + 2j], r"a python complex but datapoint 0 has a numpy float32 scalar"),
+    ]
+    for first, second, message in cases:
+        with pytest.raises(ValueError, match=message):
+            batches_of([first, second], 2)
     with pytest.raises(ValueError, match=r"component 'img': datapoint 1 of the batch has a numpy array of shape "
-                                         r"\(2,\) and dtype float64 but datapoint 0 has a numpy array of shape "
+                                         r"\(3,\) and dtype float32 but datapoint 0 has a numpy array of shape "
                                          r"\(2,\) and dtype float32"):
-        batches_of(items, 2)
-    # also when numpy's promotion would have given the first dtype
-    with pytest.raises(ValueError, match="dtype int32 but datapoint 0 has .* dtype int64"):
-        batches_of([[np.zeros(2, np.int64)], [np.zeros(2, np.int32)]], 2)
+        batches_of([{"img": np.zeros(2, np.float32)}, {"img": np.zeros(3, np.float32)}], 2)
 
 
-def test_numpy_component_with_a_python_value_is_an_error():
-    with pytest.raises(ValueError, match=r"component 0: datapoint 1 of the batch has a python float but "
-                                         r"datapoint 0 has a numpy float32 scalar"):
-        batches_of([[np.float32(1)], [2.0]], 2)
+def test_numpy_component_with_a_python_value_that_is_no_number_is_an_error():
     with pytest.raises(ValueError, match=r"datapoint 1 of the batch has a python list but datapoint 0 has a "
                                          r"numpy array of shape \(2,\)"):
         batches_of([[np.zeros(2)], [[0.0, 0.0]]], 2)
+    with pytest.raises(ValueError, match=r"datapoint 1 of the batch has a python str but datapoint 0 has a "
+                                         r"numpy float32 scalar"):
+        batches_of([[np.float32(1)], ["2"]], 2)
 
 
 def test_python_component_with_a_wrong_type_is_an_error():

@@ -57,8 +57,33 @@ def _stack(values: Sequence[Any], first: Any) -> np.ndarray:
     return np.asarray(values)
 
 
+def _keeps_every_value(value: Any, dtype: np.dtype) -> bool:
+    """Whether ``value`` (an array, a numpy scalar or a python number) becomes ``dtype`` with no
+    value changed but by the rounding of a narrower float: a safe cast, a float or complex of
+    another precision, integers (and bools) that fit, integers a float holds exactly."""
+    array = np.asarray(value)
+    if array.dtype.kind not in "biufc" or dtype.kind not in "biufc":
+        return False
+    if np.can_cast(array.dtype, dtype, "safe"):
+        return True
+    if array.dtype.kind in "fc":
+        return dtype.kind == "c" or (array.dtype.kind == "f" and dtype.kind == "f")
+    if array.size == 0:
+        return dtype.kind != "b"
+    low, high = int(array.min()), int(array.max())
+    if dtype.kind in "iu":
+        limits = np.iinfo(dtype)
+        return limits.min <= low and high <= limits.max
+    if dtype.kind in "fc":
+        exact = 2 ** (np.finfo(dtype).nmant + 1)
+        return -exact <= low and high <= exact
+    return False
+
+
 def _batch_numpy(values: Sequence[Any], key: Hashable) -> np.ndarray:
-    """Stack numpy arrays / numpy scalars that all have the first one's dtype and shape."""
+    """Stack numpy arrays / numpy scalars of the first one's shape into its dtype. Values of
+    another dtype (or python numbers) are cast as tensorpack does, where no value changes but by
+    the rounding of a narrower float (:func:`_keeps_every_value`); anything else is an error."""
     first = values[0]
     try:
         same_dtype = list(map(_get_dtype, values)).count(first.dtype) == len(values)
@@ -67,10 +92,13 @@ def _batch_numpy(values: Sequence[Any], key: Hashable) -> np.ndarray:
         batch = None
     if batch is None or batch.shape[1:] != first.shape:
         for i, value in enumerate(values):
-            if not isinstance(value, (np.ndarray, np.generic)) or value.dtype != first.dtype \
-                    or value.shape != first.shape:
+            if np.shape(value) != first.shape or not isinstance(value, (np.ndarray, np.generic, bool, int, float,
+                                                                        complex)):
                 raise _mismatch(key, values, i)
-        batch = np.asarray(values)
+            if getattr(value, "dtype", None) != first.dtype and not _keeps_every_value(value, first.dtype):
+                raise ValueError("{}; casting it to the batch's {} would change its values".format(
+                    _mismatch(key, values, i), first.dtype))
+        batch = np.stack([np.asarray(value, first.dtype) for value in values])
     return batch
 
 
@@ -191,8 +219,12 @@ class BatchData(ProxyDataFlow):
     keys). With ``use_list=True`` each component of the batch is the plain list of the values.
     Otherwise each component becomes one numpy array, by these rules:
 
-    - numpy arrays and numpy scalars: every datapoint must have exactly the dtype and shape of the
-      first one in the batch; the batch has that dtype (nothing is cast).
+    - numpy arrays and numpy scalars: the batch has the first datapoint's dtype and every
+      datapoint must have its shape. A value of another dtype (or a python number) is cast to it,
+      as tensorpack does, when that changes no value but by the rounding of a narrower float:
+      ``float64`` into ``float32``, ``int64`` into ``int32`` when every value fits, ``uint8`` into
+      ``float32``; ``float`` into an integer dtype, a negative into an unsigned one or an integer
+      that does not fit is an error.
     - python scalars: bools give ``bool``; ints (with bools) give ``int64``; with any float
       ``float64``; with any complex ``complex128``; an int outside int64 is an error (numpy
       scalars among them are accepted when the result is still one of these dtypes; numpy
@@ -270,7 +302,7 @@ class BatchData(ProxyDataFlow):
     def _check_state(self, state: Any, plan: StatePlan) -> None:
         state = check_state(self, state, {"input": dict, "ended": bool})
         check_input_state(self, self.ds, state["input"], plan)
-        plan.then(lambda: setattr(self, "_resume_ended", state["ended"]))
+        plan.then(lambda: setattr(self, "_resume_ended", False))
 
     @staticmethod
     def aggregate_batch(data_holder: List[Any], use_list: bool = False) -> Union[List[Any], Dict[Any, Any]]:
