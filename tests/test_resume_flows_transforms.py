@@ -178,3 +178,27 @@ def test_augmentation_draws_differ_between_datapoints_and_runs():
 
     first = crops(1)
     assert first == crops(1) and first != crops(2) and len(set(first)) > 1
+
+
+@pytest.mark.parametrize("remainder, cut", [(True, 3), (False, 2)])
+def test_a_restore_at_the_end_of_an_epoch_ends_that_epoch_first(remainder, cut):
+    """The resume helpers join epochs; here each epoch is iterated on its own: a state saved after
+    an epoch's last batch (before its iterator said it was done) restores to that epoch's end."""
+    def make():
+        return BatchData(DataFromList([[i] for i in range(5 if remainder else 4)], shuffle=False), 2,
+                         remainder=remainder)
+
+    df = make()
+    df.reset_state()
+    itr = iter(df)
+    assert len(take(itr, cut)) == cut                   # the epoch's last batch, the iterator still open
+    state = df.get_state()
+    assert state["ended"] is remainder
+    again = make()
+    again.reset_state()
+    again.set_state(state)
+    following = [[0, 1], [2, 3], [4]] if remainder else [[0, 1], [2, 3]]
+    assert list(again) == []                            # the end of the restored epoch
+    assert [batch[0].tolist() for batch in again] == following
+    assert take(itr, 1) == []                           # as the uninterrupted run: its epoch ends
+    assert [batch[0].tolist() for batch in df] == following

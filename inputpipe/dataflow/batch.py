@@ -302,7 +302,7 @@ class BatchData(ProxyDataFlow):
     def _check_state(self, state: Any, plan: StatePlan) -> None:
         state = check_state(self, state, {"input": dict, "ended": bool})
         check_input_state(self, self.ds, state["input"], plan)
-        plan.then(lambda: setattr(self, "_resume_ended", False))
+        plan.then(lambda: setattr(self, "_resume_ended", state["ended"]))
 
     @staticmethod
     def aggregate_batch(data_holder: List[Any], use_list: bool = False) -> Union[List[Any], Dict[Any, Any]]:
