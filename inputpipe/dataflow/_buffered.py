@@ -289,7 +289,10 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         entries, tail_from, dropped, shuffled = state["entries"], state["tail_from"], state["dropped"], state["shuffled"]
         anchor_entry = state["anchor_entry"]
         # Sizes first, from numbers only: nothing is built from them before they fit the buffer.
-        kept = len(shuffled) - dropped if len(shuffled) <= size else -1
+        if len(shuffled) > size:
+            raise StateMismatchError("{}.set_state: field 'shuffled' must list at most buffer_size={} entry numbers, "
+                                     "got a list of {} items".format(name, size, len(shuffled)))
+        kept = len(shuffled) - dropped
         if not (0 <= kept and tail_from <= entries and kept + entries - tail_from == min(entries, size)):
             raise StateMismatchError("{}.set_state: the state's buffer ({} of {} shuffled entries kept, entries {}..{} "
                                      "added since) does not hold min(entries, buffer_size) = min({}, {}) entries".format(

@@ -280,30 +280,41 @@ def check_plain_state(flow: Any, state: Any) -> None:
         check_plain_state(df, {"type": "MyFlow", "position": 3})
     """
     name = type(flow).__name__
-    todo: List[Tuple[Any, int]] = [(state, 1)]
+    todo: List[Tuple[Any, int, Tuple[str, ...]]] = [(state, 1, ())]
     while todo:
-        value, depth = todo.pop()
+        value, depth, trail = todo.pop()
         if isinstance(value, (dict, list, tuple)):
+            if isinstance(value, dict) and isinstance(value.get("type"), str) and len(trail) < _TRAIL:
+                trail = trail + (_name(value["type"]),)
             if depth > MAX_STATE_DEPTH:
-                raise StateMismatchError("{}.set_state: the state nests deeper than {} levels; a state is a small "
-                                         "dict of numbers".format(name, MAX_STATE_DEPTH))
+                raise StateMismatchError("{}.set_state: the state nests deeper than {} levels (in {} ...); a state is "
+                                         "a small dict of numbers".format(name, MAX_STATE_DEPTH, " > ".join(trail)))
             if isinstance(value, dict):
                 for key in value:
                     if type(key) is not str:
-                        raise StateMismatchError("{}.set_state: the state has a key {} that is not a str".format(
-                            name, _short(key)))
-                todo.extend((item, depth + 1) for item in value.values())
+                        raise StateMismatchError("{}.set_state: the state{} has a key {} that is not a str".format(
+                            name, _inside(trail), _short(key)))
+                todo.extend((item, depth + 1, trail) for item in value.values())
             else:
-                todo.extend((item, depth + 1) for item in value)
+                todo.extend((item, depth + 1, trail) for item in value)
         elif isinstance(value, bool) or value is None or isinstance(value, str):
             continue
         elif type(value) is int:
             if not -_INT64 <= value < _INT64:
-                raise StateMismatchError("{}.set_state: the state holds an int of more than 64 bits ({} digits)"
-                                         .format(name, len(str(abs(value))) if value.bit_length() < 10000 else "many"))
+                raise StateMismatchError("{}.set_state: the state{} holds an int of more than 64 bits ({} bits)".format(
+                    name, _inside(trail), value.bit_length()))
         elif type(value) is float:
             if not math.isfinite(value):
-                raise StateMismatchError("{}.set_state: the state holds {!r}, not a JSON number".format(name, value))
+                raise StateMismatchError("{}.set_state: the state{} holds {!r}, not a JSON number".format(
+                    name, _inside(trail), value))
         else:
-            raise StateMismatchError("{}.set_state: the state holds a {}; a state holds only dicts, lists, str, "
-                                     "numbers, bools and None".format(name, type(value).__name__))
+            raise StateMismatchError("{}.set_state: the state{} holds a {}; a state holds only dicts, lists, str, "
+                                     "numbers, bools and None".format(name, _inside(trail), type(value).__name__))
+
+
+# How many flow names an error about a nested value lists.
+_TRAIL = 6
+
+
+def _inside(trail: Tuple[str, ...]) -> str:
+    return " (in {})".format(" > ".join(trail)) if len(trail) > 1 else ""

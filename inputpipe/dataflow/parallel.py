@@ -343,7 +343,10 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
             raise RuntimeError("{}: call reset_state() before set_state()".format(name))
         state = check_state(self, state, {"input": dict, "count": IntRange(0, get_length(self.ds))},
                             optional=("count",))
-        check_plain_state(self, state["input"])
+        try:
+            check_plain_state(self.ds, state["input"])      # what the pipe carries; the worker checks the rest
+        except StateMismatchError as err:
+            raise StateMismatchError("{} > {}".format(name, err)) from None
         self._worker_check(state["input"])
 
         def restore() -> None:

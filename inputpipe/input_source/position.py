@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object
 
+from ..dataflow._state import check_plain_state
 from ..dataflow.base import NotResumableError
 from ..utils.logger import get_logger
 from .placement import on_host
@@ -58,6 +59,9 @@ def decode_position(owner: str, data: bytes) -> Optional[Dict[str, Any]]:
     except (UnicodeDecodeError, ValueError) as err:
         raise ValueError("{}: the checkpoint's input position is not JSON ({}); got {!r}".format(
             owner, err, data[:80])) from None
+    except RecursionError:
+        raise ValueError("{}: the checkpoint's input position nests too deeply to be a position; got {!r}".format(
+            owner, data[:80])) from None
     if not isinstance(document, dict) or document.get("format") != STATE_FORMAT or "state" not in document:
         raise ValueError("{}: the checkpoint's input position has an unknown layout: expected format {} "
                          "with a 'state', got {!r}".format(owner, STATE_FORMAT, data[:120]))
@@ -176,8 +180,10 @@ class InputPosition:
         self._update_span()
 
     def _update_span(self) -> None:
-        # the window rounded up to whole batches, so the state leaving it is always one that was kept
-        self._span = -(-self._window // self._unit) * self._unit
+        # A batch end may be recorded while at most `window` datapoints were tagged after it (the one
+        # being tagged included), so its state is forgotten only when the window has passed it: the
+        # first multiple of the batch above the window (never rounded down, which would forget one).
+        self._span = (self._window // self._unit + 1) * self._unit
 
     def record_op(self, seq: tf.Tensor) -> tf.Operation:
         """An op recording that the step consumed the datapoint (or batch ending with) ``seq``."""
@@ -226,6 +232,7 @@ class InputPosition:
         """Continue from ``state`` (a DataFlow state) when the source starts next."""
         if not self.enabled:
             raise NotResumableError(self.reason)
+        check_plain_state(self.ds, state)           # what json can hold (the flow checks the rest when it starts)
         with self._lock:
             self._received = encode_position(self.owner, state, self.flow)
 
