@@ -12,7 +12,7 @@ import pytest
 
 cv2 = pytest.importorskip("cv2")
 from inputpipe.dataflow import ImageFromFile, dataset, image_limits  # noqa: E402
-from inputpipe.dataflow.image_limits import ImageTooLargeError, declared_image_size  # noqa: E402
+from inputpipe.dataflow.image_limits import ImageTooLargeError, check_image_bytes, declared_image_size  # noqa: E402
 from test_dataset_readers import make_ilsvrc, make_places, no_network  # noqa: E402,F401 - no_network: autouse
 
 
@@ -73,7 +73,7 @@ def test_image_from_file_refuses_a_png_declaring_a_huge_image_before_decoding(tm
     assert str(info.value) == (
         "ImageFromFile: {} declares a 100000x100000 image (10000000000 pixels), more than the limit of 268435456 "
         "pixels; raise inputpipe.dataflow.image_limits.MAX_IMAGE_PIXELS (or the environment variable "
-        "INPUTPIPE_MAX_IMAGE_PIXELS) if the file is trusted".format(bomb))
+        "INPUTPIPE_MAX_IMAGE_PIXELS) if the image is trusted".format(bomb))
     assert isinstance(info.value, ValueError)
     assert imread_calls == ["small.png"]          # the bomb never reached OpenCV
 
@@ -160,3 +160,17 @@ def test_other_or_damaged_files_are_left_to_the_decoder(tmp_path):
     df.reset_state()
     with pytest.raises(OSError, match=r"ImageFromFile: cannot read the image file '.*cut.png'"):
         list(df)
+
+
+def test_encoded_bytes_are_checked_too_for_your_own_imdecode():
+    ok, encoded = cv2.imencode(".jpg", np.zeros((12, 17, 3), np.uint8))
+    assert ok and declared_image_size(encoded) == (17, 12)
+    check_image_bytes("Decode", encoded)                       # a numpy array, as cv2.imdecode takes it
+    check_image_bytes("Decode", encoded.tobytes())
+    bomb = png_declaring(30000, 30000)
+    for data in (bomb, bytearray(bomb), memoryview(bomb), np.frombuffer(bomb, np.uint8)):
+        with pytest.raises(ImageTooLargeError, match=r"^Decode: an encoded image of {} bytes declares a 30000x30000 "
+                                                     r"image \(900000000 pixels\), more than the limit of 268435456 "
+                                                     r"pixels".format(len(bomb))):
+            check_image_bytes("Decode", data)
+    assert declared_image_size(b"not an image") is None

@@ -20,12 +20,19 @@ Example::
     image_limits.MAX_IMAGE_PIXELS = 2 ** 30            # allow larger images in this process
     size = image_limits.declared_image_size("photo.png")   # (width, height), or None
     image_limits.check_image_file("ImageFromFile", "photo.png")
+
+Decoding encoded bytes yourself (``cv2.imdecode`` in a map function)? :func:`check_image_bytes`
+applies the same limit to them. (``imgaug.JpegNoise`` decodes only what it just encoded from an
+image in memory, so it needs no check.)
 """
+import io
 import os
 import struct
-from typing import BinaryIO, Optional, Tuple
+from typing import BinaryIO, Optional, Tuple, Union
 
-__all__ = ["MAX_IMAGE_PIXELS", "ImageTooLargeError", "declared_image_size", "check_image_file"]
+import numpy as np
+
+__all__ = ["MAX_IMAGE_PIXELS", "ImageTooLargeError", "declared_image_size", "check_image_file", "check_image_bytes"]
 
 _ENVIRONMENT_VARIABLE = "INPUTPIPE_MAX_IMAGE_PIXELS"
 _DEFAULT_MAX_IMAGE_PIXELS = 2 ** 28
@@ -123,38 +130,64 @@ def _jpeg_size(f: BinaryIO) -> Optional[Tuple[int, int]]:
         at += 2 + length
 
 
-def declared_image_size(path: str) -> Optional[Tuple[int, int]]:
-    """``(width, height)`` as the header of the PNG, JPEG or BMP file ``path`` declares it (read
-    without decoding), or None for another format or a header too damaged to say.
+def _declared_size(f: BinaryIO) -> Optional[Tuple[int, int]]:
+    signature = _read_at(f, 0, 8)
+    if signature == b"\x89PNG\r\n\x1a\n":
+        return _png_size(f)
+    if signature[:3] == b"\xff\xd8\xff":
+        return _jpeg_size(f)
+    if signature[:2] == b"BM":
+        return _bmp_size(f)
+    return None
+
+
+def declared_image_size(source: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, np.ndarray]
+                        ) -> Optional[Tuple[int, int]]:
+    """``(width, height)`` as the header of a PNG, JPEG or BMP image declares it (read without
+    decoding), or None for another format or a header too damaged to say. ``source`` is a file
+    path, or the encoded bytes (e.g. a uint8 array for ``cv2.imdecode``).
 
     Example::
 
         declared_image_size("photo.jpg")      # (500, 375)
     """
-    with open(path, "rb") as f:
-        signature = f.read(8)
-        if signature == b"\x89PNG\r\n\x1a\n":
-            return _png_size(f)
-        if signature[:3] == b"\xff\xd8\xff":
-            return _jpeg_size(f)
-        if signature[:2] == b"BM":
-            return _bmp_size(f)
-    return None
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as f:
+            return _declared_size(f)
+    return _declared_size(io.BytesIO(memoryview(source).cast("B")))
+
+
+def _refuse_above_the_limit(component: str, what: str, size: Optional[Tuple[int, int]]) -> None:
+    limit = MAX_IMAGE_PIXELS
+    if limit is not None and size is not None and size[0] * size[1] > limit:
+        raise ImageTooLargeError(
+            "{}: {} declares a {}x{} image ({} pixels), more than the limit of {} pixels; raise "
+            "inputpipe.dataflow.image_limits.MAX_IMAGE_PIXELS (or the environment variable {}) if the image "
+            "is trusted".format(component, what, size[0], size[1], size[0] * size[1], limit, _ENVIRONMENT_VARIABLE))
 
 
 def check_image_file(component: str, path: str) -> None:
     """Raise an :class:`ImageTooLargeError` naming ``component`` when the image file ``path``
     declares more than :data:`MAX_IMAGE_PIXELS` pixels (nothing is decoded; a file that cannot be
     opened is left for the decoder to report)."""
-    limit = MAX_IMAGE_PIXELS
-    if limit is None:
+    if MAX_IMAGE_PIXELS is None:
         return
     try:
         size = declared_image_size(path)
     except OSError:
         return
-    if size is not None and size[0] * size[1] > limit:
-        raise ImageTooLargeError(
-            "{}: {} declares a {}x{} image ({} pixels), more than the limit of {} pixels; raise "
-            "inputpipe.dataflow.image_limits.MAX_IMAGE_PIXELS (or the environment variable {}) if the file "
-            "is trusted".format(component, path, size[0], size[1], size[0] * size[1], limit, _ENVIRONMENT_VARIABLE))
+    _refuse_above_the_limit(component, path, size)
+
+
+def check_image_bytes(component: str, data: Union[bytes, bytearray, memoryview, np.ndarray]) -> None:
+    """As :func:`check_image_file`, for encoded bytes about to be decoded (``cv2.imdecode``), e.g. in
+    your own map function over an LMDB of JPEGs.
+
+    Example::
+
+        check_image_bytes("decode", jpeg_bytes)
+        image = cv2.imdecode(np.frombuffer(jpeg_bytes, np.uint8), cv2.IMREAD_COLOR)
+    """
+    if MAX_IMAGE_PIXELS is not None:
+        _refuse_above_the_limit(component, "an encoded image of {} bytes".format(memoryview(data).nbytes),
+                                declared_image_size(data))
