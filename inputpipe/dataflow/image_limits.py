@@ -28,7 +28,7 @@ image in memory, so it needs no check.)
 import io
 import os
 import struct
-from typing import BinaryIO, Optional, Tuple, Union
+from typing import Any, BinaryIO, Optional, Tuple, Union
 
 import numpy as np
 
@@ -154,7 +154,12 @@ def declared_image_size(source: Union[str, "os.PathLike[str]", bytes, bytearray,
     if isinstance(source, (str, os.PathLike)):
         with open(source, "rb") as f:
             return _declared_size(f)
-    return _declared_size(io.BytesIO(memoryview(source).cast("B")))
+    return _declared_size(io.BytesIO(_bytes_view(source)))
+
+
+def _bytes_view(data: Any) -> memoryview:
+    """A flat byte view of bytes, a bytearray, a memoryview or a (uint8) numpy array."""
+    return memoryview(data).cast("B")
 
 
 def _refuse_above_the_limit(component: str, what: str, size: Optional[Tuple[int, int]]) -> None:
@@ -189,5 +194,5 @@ def check_image_bytes(component: str, data: Union[bytes, bytearray, memoryview, 
         image = cv2.imdecode(np.frombuffer(jpeg_bytes, np.uint8), cv2.IMREAD_COLOR)
     """
     if MAX_IMAGE_PIXELS is not None:
-        _refuse_above_the_limit(component, "an encoded image of {} bytes".format(memoryview(data).nbytes),
+        _refuse_above_the_limit(component, "an encoded image of {} bytes".format(_bytes_view(data).nbytes),
                                 declared_image_size(data))
