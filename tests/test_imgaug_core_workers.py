@@ -96,9 +96,12 @@ def _run_workers(start_method):
 def test_forked_workers_draw_their_own_crops_without_reset(restore_seeding):
     seeding.set_global_seed(None)
     streams = _run_workers("fork")
-    assert len(streams[0]) > 10 and len(streams[1]) > 10
+    # how the 200 datapoints split between the workers depends on the machine's load (one may get
+    # only a few); the first draws of each worker are compared
+    count = min(len(streams[0]), len(streams[1]), 10)
+    assert count >= 3, [len(stream) for stream in streams.values()]
     # without the per-process RNG both workers would repeat the parent's stream
-    assert streams[0][:10] != streams[1][:10]
+    assert streams[0][:count] != streams[1][:count]
 
 
 class CropAndReportIndex(CropAndReport):
