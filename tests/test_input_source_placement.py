@@ -1,5 +1,6 @@
 """Device placement: built under a GPU device scope, every source requests the GPU only for ops
 that have a GPU kernel; everything else goes to the CPU of the same job/replica/task."""
+import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.framework import kernels
@@ -80,3 +81,36 @@ def test_only_ops_with_gpu_kernels_are_requested_on_the_gpu(name, scope):
         assert "Stage" in on_gpu and "Unstage" in on_gpu
     if isinstance(source, ZMQInput):
         source.close()
+
+
+@pytest.mark.parametrize("scope", sorted(SCOPES))
+@pytest.mark.parametrize("kind", ["QueueInput", "BatchQueueInput", "FeedInput"])
+def test_the_input_position_ops_of_a_resumable_source_stay_on_the_cpu(kind, scope):
+    """A resumable DataFlow makes the source record and save its input position; those ops (the
+    record variable, the step's scatter_max, the checkpoint's encode/receive numpy_functions) have
+    no GPU kernel and must be on the CPU of the caller's job/replica/task, also inside
+    StagingInput(device=<GPU>) and a Saver built under the GPU scope."""
+    from inputpipe.dataflow import BatchData, DataFromList
+    points = [[np.array([i, i + 0.5, -i], np.float32), i] for i in range(6)]
+    make = {"QueueInput": lambda: QueueInput(DataFromList(points, shuffle=False)),
+            "BatchQueueInput": lambda: BatchQueueInput(DataFromList(points, shuffle=False), 2),
+            "FeedInput": lambda: FeedInput(BatchData(DataFromList(points, shuffle=False), 1))}[kind]
+    specs = BATCH_SPECS if kind != "QueueInput" else SPECS
+    graph = tf.Graph()
+    with graph.as_default(), tf.device(SCOPES[scope]):
+        source = StagingInput(make(), nr_stage=2, device=SCOPES[scope])
+        source.setup(specs)
+        source.get_input_tensors()
+        source.get_input_tensors()              # a second tower
+        tf.compat.v1.train.Saver()              # the checkpoint's save and restore ops of the position
+    assert source._input_position().enabled
+    position_ops = [op for op in graph.get_operations() if "input_position" in op.name or "no_position" in op.name]
+    types = {op.type for op in position_ops}
+    assert {"VarHandleOp", "ResourceScatterMax", "PyFunc"} <= types, types
+    for op in position_ops:
+        spec = tf.DeviceSpec.from_string(op.device)
+        assert spec.device_type == "CPU", (op.name, op.type, op.device)
+        if scope == "worker":
+            assert (spec.job, spec.replica, spec.task) == ("worker", 0, 1), (op.name, op.device)
+    assert any(tf.DeviceSpec.from_string(op.device).device_type == "GPU" for op in graph.get_operations()
+               if op.type == "Stage")        # the staging itself stays on the GPU
