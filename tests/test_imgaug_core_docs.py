@@ -14,7 +14,7 @@ PAGE = REPO / "docs" / "image_augmentation.md"
 
 def test_image_augmentation_page_code_runs():
     blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
-    assert len(blocks) == 6
+    assert len(blocks) == 7
     proc = subprocess.run([sys.executable, "-c", "\n".join(blocks)], cwd=str(REPO), capture_output=True,
                           text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr[-3000:]
