@@ -46,6 +46,8 @@ CASES = {
     "RepeatedDataPoint": (lambda: RepeatedDataPoint(numbers(), 3), [0, 1, 2, 3, 4, 20, 21, 22]),
     "LocallyShuffleData": (lambda: LocallyShuffleData(numbers(20), 5, num_reuse=2, shuffle_interval=2),
                            [0, 1, 3, 5, 8, 20, 39, 40, 41, 70]),
+    "LocallyShuffleData(64)": (lambda: LocallyShuffleData(numbers(300), 64, num_reuse=2, shuffle_interval=5),
+                               [0, 5, 100, 299, 600, 601, 903]),
     "LocallyShuffleData(RepeatedData(-1))": (lambda: LocallyShuffleData(RepeatedData(numbers(20), -1), 6),
                                              [0, 1, 5, 20, 41, 70]),
     "CacheData(shuffle)": (lambda: CacheData(numbers(), shuffle=True), [0, 3, 7, 8, 15]),
@@ -202,3 +204,23 @@ def test_a_restore_at_the_end_of_an_epoch_ends_that_epoch_first(remainder, cut):
     assert [batch[0].tolist() for batch in again] == following
     assert take(itr, 1) == []                           # as the uninterrupted run: its epoch ends
     assert [batch[0].tolist() for batch in df] == following
+
+
+def test_locally_shuffle_data_keeps_an_input_state_every_eighth_of_its_buffer_not_every_datapoint():
+    calls = []
+    source = DataFromList([[i] for i in range(3000)], shuffle=False)
+    original = source.get_state
+    source.get_state = lambda: calls.append(1) or original()
+    df = LocallyShuffleData(source, 400, shuffle_interval=7)
+    df.reset_state()
+    itr = epochs(df)
+    most = 0
+    for _ in range(20):
+        take(itr, 250)
+        most = max(most, len(df._before))
+        state = df.get_state()
+        slots = state["shuffled"][state["dropped"]:] + list(range(state["tail_from"], state["entries"]))
+        assert 0 <= min(slots) - state["anchor_entry"] < 50                 # at most 400 // 8 datapoints early
+    assert most <= 8 * 64 // 4              # the span is ~10 buffers: ~80 states, not ~4,000 (one per datapoint)
+    assert len(calls) < 5000 // 50 + 40     # get_state() of the input once per 50 datapoints, and by get_state()
+    itr.close()
