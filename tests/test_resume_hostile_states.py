@@ -361,6 +361,7 @@ def test_a_hostile_state_is_refused_quickly_and_changes_nothing(name, tmp_path):
         flows.append(resumed)
         resumed.set_state(state)
         before = json.dumps(resumed.get_state(), sort_keys=True)
+        assert json.loads(before) == state               # a restore not yet iterated is what get_state() says
         _refuse_all(resumed, changes)
         assert json.dumps(resumed.get_state(), sort_keys=True) == before
         assert _head(resumed, AFTER) == restored_head

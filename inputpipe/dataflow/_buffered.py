@@ -266,7 +266,9 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         "produced", "since_epoch"}``: the buffer holds the entries ``shuffled[dropped:]`` followed by
         ``tail_from..entries-1``; ``shuffled`` is the list made at the last shuffle, shared, not copied;
         ``anchor`` is the input's state before entry ``anchor_entry``, at or shortly before the
-        oldest buffered one."""
+        oldest buffered one. A restored state not iterated yet is that state."""
+        if self._restore is not None:
+            return dict(self._restore)
         numbers = self._numbers
         oldest = self._prune_before()
         if oldest is not None and self._before:
@@ -412,7 +414,10 @@ class CacheData(ProxyDataFlow):
 
     def get_state(self) -> Dict[str, Any]:
         """``{"type", "filled", "input", "epoch", "position", "seed"}``; ``input`` is the input's
-        state from before the cache was filled (its current state before any fill)."""
+        state from before the cache was filled (its current state before any fill). A restored state
+        not iterated yet is that state."""
+        if self._restore is not None:
+            return dict(self._restore)
         if self._cache is None and not self._filling:
             return {"type": "CacheData", "filled": False, "input": self.ds.get_state(), "epoch": 0,
                     "position": 0, "seed": self.base_seed}

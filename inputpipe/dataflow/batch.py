@@ -297,7 +297,7 @@ class BatchData(ProxyDataFlow):
 
     def get_state(self) -> Dict[str, Any]:
         """``{"type", "input", "ended"}``."""
-        return {"type": type(self).__name__, "input": self.ds.get_state(), "ended": self._ended}
+        return {"type": type(self).__name__, "input": self.ds.get_state(), "ended": self._ended or self._resume_ended}
 
     def _check_state(self, state: Any, plan: StatePlan) -> None:
         state = check_state(self, state, {"input": dict, "ended": bool})
@@ -433,7 +433,10 @@ class BatchDataByShape(BatchData):
 
     def get_state(self) -> Dict[str, Any]:
         """``{"type", "anchor", "anchor_index", "read", "held"}``: the input's state before datapoint
-        number ``anchor_index``, how many were read, and the numbers of the waiting ones."""
+        number ``anchor_index``, how many were read, and the numbers of the waiting ones (a restored
+        state not iterated yet is that state)."""
+        if self._restore is not None:
+            return dict(self._restore)
         oldest = self._prune()
         if oldest is None:
             anchor, anchor_index = self.ds.get_state(), self._read

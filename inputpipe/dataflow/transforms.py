@@ -392,6 +392,8 @@ class RepeatedDataPoint(ProxyDataFlow):
         before the current datapoint, which a restore reads again."""
         if 0 < self._copies < self.num:
             return {"type": "RepeatedDataPoint", "input": self._before, "copies": self._copies}
+        if self._resume_copies:             # restored between copies, not iterated yet
+            return {"type": "RepeatedDataPoint", "input": self.ds.get_state(), "copies": self._resume_copies}
         return {"type": "RepeatedDataPoint", "input": self.ds.get_state(), "copies": 0}
 
     def _check_state(self, state: Any, plan: StatePlan) -> None:
