@@ -16,6 +16,9 @@ from .debug import PrintData, TestDataSpeed
 from .transforms import (
     FilterData, FixedSizeData, MapData, MapDataComponent, RepeatedData, RepeatedDataPoint, SelectComponent,
 )
+# tensorpack's dataflow.common also has these (outside __all__): scripts import them from here
+from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow  # noqa: F401
+from .tensorpack_helpers import get_rng, get_tqdm, get_tqdm_kwargs  # noqa: F401
 
 __all__ = [
     "BatchData", "BatchDataByShape", "FixedSizeData", "MapData", "MapDataComponent", "FilterData",

@@ -23,6 +23,9 @@ from .dataset_io import (DatasetFormatError, _import_lmdb, _lmdb_location, _requ
                          lmdb_errors, open_shared_lmdb)
 from .hdf5 import HDF5Data
 from .transforms import MapData
+# tensorpack's dataflow.format also has these (outside __all__): scripts import them from here
+from ..utils.serialize import loads  # noqa: F401
+from .tensorpack_helpers import create_dummy_class, get_caffe_pb, get_tqdm, log_once, timed_operation  # noqa: F401
 
 __all__ = ["HDF5Data", "LMDBData", "LMDBDataDecoder", "CaffeLMDB", "SVMLightData"]
 

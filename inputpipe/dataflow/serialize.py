@@ -38,6 +38,12 @@ from .dataset_io import (
 from .hdf5 import HDF5Serializer
 from .raw import DataFromList
 from .tensorpack_records import decode_tensorpack_record, is_pickle, read_tensorpack_npz
+# tensorpack's dataflow.serialize also has these (outside __all__): scripts import them from here
+from ..utils.serialize import loads  # noqa: F401
+from .format import HDF5Data  # noqa: F401
+from .raw import DataFromGenerator  # noqa: F401
+from .tensorpack_helpers import create_dummy_class, get_tqdm  # noqa: F401
+from .transforms import FixedSizeData, MapData  # noqa: F401
 
 __all__ = ["LMDBSerializer", "TFRecordSerializer", "NumpySerializer", "HDF5Serializer", "DatasetFormatError",
            "DATASET_FORMAT_VERSION"]

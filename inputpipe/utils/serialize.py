@@ -27,8 +27,9 @@ Example::
     frames = dumps_frames(dp)               # socket.send_multipart(frames, copy=False)
     img, label, meta = loads_frames(frames)  # img shares memory with frames[1]
 """
+import pickle
 import struct
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, NoReturn, Optional, Sequence, Tuple
 
 import msgpack
 import numpy as np
@@ -40,7 +41,7 @@ try:
 except ImportError:                 # msgpack without its C extension
     from msgpack.fallback import Packer as _Packer
 
-from ._tensorpack_records import NotARecordError, decode_record
+from ._tensorpack_records import NotARecordError, decode_record, is_pickle
 from ._wire_decode import _as_bytes_view, _check_limit, _check_max_frames, _decode, _read_preamble
 from ._wire_layout import (  # noqa: F401  (_MAGIC, _PREAMBLE: the layout, for tests and tools)
     _DTYPE_NAMES, _EXT_ARRAY, _EXT_INLINE_ARRAY, _EXT_SCALAR, _EXT_TUPLE, _FRAME_INDEX, _INLINE_ARRAY_MAX_BYTES,
@@ -326,3 +327,95 @@ def loads_frames(frames: Sequence[Any], max_bytes: int = DEFAULT_MAX_MESSAGE_BYT
         if len(view) != size:
             raise WireFormatError("loads_frames: array frame {} should be {} bytes, got {}".format(i + 1, size, len(view)))
     return _decode(body, views[1:], copy, what)
+
+
+# ------------------------------------------------------------------ tensorpack's serializer classes
+# tensorpack.utils.serialize defines these outside its __all__; they are kept here for its scripts.
+
+#: tensorpack's limit on a msgpack string, bytes, array or map length (about 1 GB); here a whole
+#: message may have up to :data:`DEFAULT_MAX_MESSAGE_BYTES` (1 GiB).
+MAX_MSGPACK_LEN = 1000000000
+
+
+class MsgpackSerializer:
+    """tensorpack's msgpack serializer. ``dumps`` writes inputpipe's wire format (msgpack with raw
+    array frames, see the module docstring); ``loads`` reads that and tensorpack's msgpack-numpy
+    records (``TENSORPACK_SERIALIZE=msgpack``), as data only. The bytes ``dumps`` writes are not
+    msgpack-numpy: tensorpack's own ``loads`` cannot read them.
+
+    Example::
+
+        data = MsgpackSerializer.dumps([np.arange(3), "label"])
+        array, label = MsgpackSerializer.loads(data)
+    """
+
+    @staticmethod
+    def dumps(obj: Any) -> bytes:
+        return dumps(obj)
+
+    @staticmethod
+    def loads(buf: Any) -> Any:
+        view = _as_bytes_view(buf, "MsgpackSerializer.loads")
+        if is_pickle(view):
+            raise WireFormatError("MsgpackSerializer.loads: these bytes are a pickle, not msgpack; PickleSerializer.loads "
+                                  "reads a trusted pickle")
+        return loads(view, allow_pickle=False)
+
+
+class PickleSerializer:
+    """tensorpack's pickle serializer (tensorpack 0.11's default). ``dumps`` pickles; ``loads``
+    unpickles only when allowed, since unpickling runs code chosen by whoever made the bytes:
+    ``allow_pickle=True``, or (when it is not passed) the environment variable
+    ``INPUTPIPE_ALLOW_PICKLE=1``. Otherwise it raises :class:`WireFormatError` saying how to
+    allow it or convert the data. Use it only for your own trusted data.
+
+    Example::
+
+        data = PickleSerializer.dumps({"a": 1})
+        assert PickleSerializer.loads(data, allow_pickle=True) == {"a": 1}
+    """
+
+    @staticmethod
+    def dumps(obj: Any) -> bytes:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+    @staticmethod
+    def loads(buf: Any, *, allow_pickle: Optional[bool] = None) -> Any:
+        view = _as_bytes_view(buf, "PickleSerializer.loads")
+        if not is_pickle(view):
+            raise WireFormatError("PickleSerializer.loads: expected a pickle of protocol 2 to 5, got bytes starting "
+                                  "with {!r}".format(bytes(view[:8])))
+        return decode_record(view, allow_pickle, "PickleSerializer.loads")
+
+
+_PYARROW_GONE = ("PyarrowSerializer.{}: pyarrow.serialize()/deserialize() were deprecated in pyarrow 2.0 and removed in "
+                 "pyarrow 12.0, so tensorpack's pyarrow serializer cannot work with a current pyarrow. Use inputpipe's "
+                 "wire format instead: inputpipe.utils.serialize.dumps/loads (or MsgpackSerializer), which carries "
+                 "numpy arrays without a copy")
+
+
+def _pyarrow_gone(method: str) -> NoReturn:
+    raise NotImplementedError(_PYARROW_GONE.format(method))
+
+
+class PyarrowSerializer:
+    """A stand-in for tensorpack's pyarrow serializer: pyarrow removed the functions it used, so
+    every method raises ``NotImplementedError`` naming what replaces it (:func:`dumps` and
+    :func:`loads`, the wire format).
+
+    Example::
+
+        data = dumps(datapoint)        # instead of PyarrowSerializer.dumps(datapoint)
+    """
+
+    @staticmethod
+    def dumps(obj: Any) -> NoReturn:
+        _pyarrow_gone("dumps")
+
+    @staticmethod
+    def dumps_bytes(obj: Any) -> NoReturn:
+        _pyarrow_gone("dumps_bytes")
+
+    @staticmethod
+    def loads(buf: Any) -> NoReturn:
+        _pyarrow_gone("loads")
