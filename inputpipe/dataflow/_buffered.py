@@ -18,7 +18,7 @@ from ._helpers import END, EpochCursor, check_positive_int, close_iterators, epo
 from ._state import SEED, IntRange, ListOf, StatePlan, check_input_state
 from .base import (
     DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, StateMismatchError, check_state,
-    empty_passes_mean_stuck, empty_passes_text, get_length, is_resumable, require_rng,
+    empty_passes_mean_stuck, empty_passes_text, get_length, is_resumable, raise_if_stopping, require_rng,
 )
 from .seeding import new_rng
 
@@ -156,6 +156,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         self._source = self._entries_from(entry)
         empty, entry_before = 0, entry
         while entry < restore["entries"]:
+            raise_if_stopping(self)
             item = next(self._source)
             if item is END:
                 empty, entry_before = (0 if entry > entry_before else empty + 1), entry
@@ -407,6 +408,8 @@ class CacheData(ProxyDataFlow):
                     self._fill_position = len(cache)
                     if self._fill_position > skip:
                         yield dp
+                    else:                       # re-read to restore a position: nothing to yield
+                        raise_if_stopping(self)
                 self._cache = cache
                 self._cursor.restore(1, 0)
             finally:

@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import numpy as np
 
 from ._state import StatePlan, StateMismatchError, check_state
+from ..utils.concurrency import stop_requested
 from .seeding import new_rng
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "StateMismatchError",
     "is_resumable",
     "check_state",
+    "raise_if_stopping",
 ]
 
 
@@ -42,6 +44,25 @@ class DataFlowTerminated(BaseException):
                     raise DataFlowTerminated()
                 yield self._next()
     """
+
+
+def raise_if_stopping(flow: Any) -> None:
+    """Raise :class:`DataFlowTerminated` when the thread iterating ``flow`` was asked to stop (a
+    :class:`~inputpipe.utils.concurrency.StoppableThread`, such as an InputSource's feeding
+    thread, whose source is closing or whose training coordinator stopped). Long loops inside a
+    flow that wait on nothing a stop would interrupt call it between items: a restore that
+    re-reads its input to reach the saved position, a consumer polling its workers. In any
+    other thread it does nothing.
+
+    Example::
+
+        def _replay(self, count):
+            for _ in range(count):
+                raise_if_stopping(self)
+                next(self._input)
+    """
+    if stop_requested():
+        raise DataFlowTerminated("{}: the thread iterating it was asked to stop".format(type(flow).__name__))
 
 
 class NotResumableError(TypeError):

@@ -32,7 +32,7 @@ from ..utils.workers import WorkerPool, WorkerPoolOwner
 from ._state import IntRange, StatePlan, check_plain_state, two_phase
 from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow,
                    StateMismatchError, empty_passes_mean_stuck, empty_passes_text,
-                   check_state, get_length, is_resumable)
+                   check_state, get_length, is_resumable, raise_if_stopping)
 
 __all__ = [
     "MultiProcessRunnerZMQ",
@@ -235,6 +235,7 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
             while size is None or count < size:
                 got = self._next_message()
                 if got is None:
+                    raise_if_stopping(self)        # e.g. while the worker re-reads to restore a position
                     continue
                 rank, dp = got
                 if self._track:
@@ -516,6 +517,7 @@ class MultiThreadRunner(DataFlow):
                 try:
                     dp = self._queue.get(timeout=POLL_INTERVAL)
                 except queue.Empty:
+                    raise_if_stopping(self)
                     continue
                 count += 1
                 yield dp

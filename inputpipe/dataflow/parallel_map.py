@@ -35,7 +35,7 @@ from ..utils.workers import WorkerPool, WorkerPoolOwner
 from ._map_position import MapPosition, checked_map_state
 from ._state import StatePlan, check_input_state
 from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, empty_passes_mean_stuck,
-                   empty_passes_text, get_length)
+                   empty_passes_text, get_length, raise_if_stopping)
 from .common import BatchData
 from .parallel import _check_positive, _stop_threads
 
@@ -247,6 +247,7 @@ class _ParallelMapBase(ProxyDataFlow):
                 if track:
                     position.read(key, self.ds.get_state())
                 if position.skip(key):
+                    raise_if_stopping(self)
                     continue                       # yielded before the state this epoch was restored from
                 ticket = [key, self.base_seed, position.epoch, key * self._task_size]
             else:
@@ -265,6 +266,7 @@ class _ParallelMapBase(ProxyDataFlow):
         got = self._receive(POLL_INTERVAL)
         if got is None:
             self._check_hung()
+            raise_if_stopping(self)
             return
         rank, (generation, ticket, result) = got
         key = ticket[0]

@@ -27,7 +27,7 @@ from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.logger import get_logger
 from ._helpers import close_iterators
 from ._probes import Timer, calibrate, make_probe
-from .base import DataFlow, empty_passes_mean_stuck
+from .base import DataFlow, DataFlowTerminated, empty_passes_mean_stuck
 from .diagnosis import (
     BATCH, COMBINE, IMAGE, MAP, OTHER, PARALLEL_MAP, REMOTE, RUNNER, SHUFFLE, SOURCE, THREAD_MAP, ProfileReport,
     StageProfile, choose_limiting, cpu_count, suggest,
@@ -305,7 +305,8 @@ class _ProfileRun(StoppableThread):
         try:
             self._iterate()
         except BaseException as err:  # reported to the caller, which raises it
-            self.error = err
+            if not (isinstance(err, DataFlowTerminated) and self.stopped()):   # (the profile's own stop)
+                self.error = err
         finally:
             if self.samples_end is None:
                 self._end_window()
@@ -448,7 +449,7 @@ def _reset_stall_report(run: _ProfileRun, stall_timeout: float) -> ProfileReport
     """The report of a chain whose ``reset_state()`` did not return within the stall timeout:
     which flow's ``reset_state()`` the thread is inside of (the innermost), who called it and
     the line it waits at, read from the thread's stack."""
-    calls = []                          # (flow, frame) of every DataFlow reset_state() on the stack, innermost first
+    calls: List[Tuple[Any, Any]] = []   # (flow, frame) of every DataFlow reset_state() on the stack, innermost first
     frame = sys._current_frames().get(run.ident or -1)
     while frame is not None:
         owner = frame.f_locals.get("self") if frame.f_code.co_name == "reset_state" else None

@@ -19,7 +19,7 @@ from ._helpers import EpochCursor, epoch_rng, indexed_epoch, indexed_state, chec
 from ._state import SEED, StatePlan
 from .base import (
     DataFlow, DataFlowLengthUnknown, DataFlowTerminated, NotResumableError, RNGDataFlow, StateMismatchError,
-    check_state,
+    check_state, raise_if_stopping,
 )
 
 __all__ = ["DataFromList", "DataFromGenerator", "DataFromIterable", "DataFromQueue", "FakeData"]
@@ -360,6 +360,7 @@ class FakeData(RNGDataFlow):
     def _epoch(self, rng: np.random.RandomState, start: int) -> Iterator[List[np.ndarray]]:
         if self.random:
             for _ in range(start):  # replay the draws of the datapoints yielded before the state
+                raise_if_stopping(self)
                 self._draw(rng)
             for _ in range(start, self._size):
                 yield self._draw(rng)

@@ -29,7 +29,7 @@ import zmq
 from ..utils import serialize
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.logger import get_logger
-from .base import DataFlow, DataFlowReentrantGuard
+from .base import DataFlow, DataFlowReentrantGuard, raise_if_stopping
 
 __all__ = ["send_dataflow_zmq", "RemoteDataZMQ"]
 
@@ -377,6 +377,7 @@ class RemoteDataZMQ(DataFlow):
             while not self._closed.is_set():
                 dp = self.receive(POLL_INTERVAL, empty=nothing)
                 if dp is nothing:
+                    raise_if_stopping(self)
                     continue
                 if dp is None:  # a sender's None is no datapoint: dropped and counted like a bad message
                     self._rejections.record(ValueError("a datapoint that is None"))

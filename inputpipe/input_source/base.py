@@ -491,7 +491,13 @@ class InputSourceHook(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord) -> None:
         self.source._closed = False
-        self.source._start(session, coord)
+        try:
+            self.source._start(session, coord)
+        except BaseException:
+            # the session will not run (an error, or Ctrl-C while StagingInput prefills): whoever
+            # created it may not end the hooks, so stop what the source started now
+            self.source.close()
+            raise
 
     def end(self, session) -> None:
         try:

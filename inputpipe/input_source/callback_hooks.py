@@ -31,7 +31,7 @@ from .errors import InputSourceError
 
 __all__ = ["callbacks_as_hooks", "CallbackHook"]
 
-_HOOK = tf.compat.v1.train.SessionRunHook
+_HOOK: Any = tf.compat.v1.train.SessionRunHook
 _MISSING = object()
 _CALLBACK_METHODS = ("setup_graph", "before_train", "before_run", "after_run", "after_train")
 _FACTORY_FIELDS = ("_cb_setup_graph", "_cb_before_train", "_cb_trigger", "_cb_after_train")
@@ -44,7 +44,7 @@ def _default_session(session: Optional[tf.compat.v1.Session]) -> Any:
     return session.as_default()
 
 
-class CallbackHook(_HOOK):
+class CallbackHook(tf.compat.v1.train.SessionRunHook):
     """Runs one tensorpack callback as a ``SessionRunHook`` (see the module docstring).
     ``finish()`` runs its ``after_train`` once per session, from ``end`` or, when the session
     ended without calling ``end`` (an exception), from the source's ``close()``.
@@ -62,7 +62,7 @@ class CallbackHook(_HOOK):
 
     # the callback's parts; a CallbackFactory's are its lambdas, which take the callback
     def _call(self, part: str, *args: Any) -> Any:
-        factory_part = getattr(self.callback, "_cb_" + part, _MISSING)
+        factory_part: Any = getattr(self.callback, "_cb_" + part, _MISSING)
         if factory_part is not _MISSING:           # a CallbackFactory
             return factory_part(self.callback) if factory_part is not None else None
         method: Optional[Callable[..., Any]] = getattr(self.callback, part, None)

@@ -113,6 +113,7 @@ class QueueInput(FeedfreeInput):
         self._tagged = True          # the queue carries the position numbers (set up in _setup)
         self._resumed = False        # this session's DataFlow continues from a restored state
         self._thread: Optional[EnqueueThread] = None
+        self._lingering: Optional[EnqueueThread] = None   # a feeding thread that did not stop in time
         self._claimed = 0            # datapoints reserved by _claim_batch() in this session
         self._dequeued = 0           # datapoints the steps of this session took (without a wrapper)
         self._planned_towers = 0     # towers the running step dequeues from
@@ -244,7 +245,23 @@ class QueueInput(FeedfreeInput):
 
     def _step_plan(self, indices: List[int]) -> List[Tuple[List[Any], Dict[str, tf.Tensor], Any]]:
         self._planned_towers = len(indices)
+        thread = self._thread
+        if thread is not None:
+            while not self._first_datapoint_enqueued(thread, POLL_INTERVAL):
+                continue                 # a Python wait, one poll at a time: Ctrl-C acts
         return super()._step_plan(indices)
+
+    def _first_datapoint_enqueued(self, thread: EnqueueThread, timeout: float) -> bool:
+        """Whether the feeding thread of this session enqueued its first datapoint, or never will
+        (it ended or failed), waiting up to ``timeout`` seconds for it. Before that the steps wait
+        here, in Python, rather than in the dequeue op: a DataFlow restored far into its data may
+        re-read for a long time first, and a training thread inside ``session.run`` would not
+        act on Ctrl-C (nor notice the thread's failure) until then."""
+        if thread.enqueued or thread.finished or not thread.is_alive():
+            return True
+        with thread.progress:
+            thread.progress.wait(timeout)
+        return bool(thread.enqueued or thread.finished or not thread.is_alive())
 
     def _step_done(self, run_results: List[Any]) -> None:
         self._dequeued += self._planned_towers * self._claim_unit()
@@ -268,6 +285,8 @@ class QueueInput(FeedfreeInput):
                                    "closed)".format(self.name))
         unit = self._claim_unit()
         if self.infinite and self._failure is None and thread.is_alive():
+            if not self._first_datapoint_enqueued(thread, timeout):
+                return None              # asked again: the wrapper waits in Python, not in the dequeue
             self._claimed += unit
             return True
         deadline = time.monotonic() + timeout
@@ -310,6 +329,7 @@ class QueueInput(FeedfreeInput):
 
     def _start(self, session: tf.compat.v1.Session, coord: Any) -> None:
         self._stop(None)
+        self._await_lingering()
         self._failure = None
         if not self._reset_done:
             self.reset_state()
@@ -359,8 +379,24 @@ class QueueInput(FeedfreeInput):
             self._reset_done = False
             thread.join(_STOP_TIMEOUT)
         if thread.is_alive():
+            self._lingering = thread
             logger.warning("%s: the feeding thread did not stop within %.0f s (is the DataFlow stuck in "
                            "__iter__?); it is a daemon and will end with the DataFlow", self.name, _STOP_TIMEOUT)
+
+    def _await_lingering(self) -> None:
+        """Before a new session: wait (up to the stop timeout) for a feeding thread of an earlier
+        session that did not stop in time; the DataFlow cannot be reset or iterated while it
+        still runs inside it."""
+        thread, self._lingering = self._lingering, None
+        if thread is None:
+            return
+        thread.join(_STOP_TIMEOUT)
+        if thread.is_alive():
+            self._lingering = thread
+            raise InputSourceError("{}: the feeding thread of the previous session is still inside the DataFlow {} "
+                                   "(it was told to stop and has not returned); the source cannot start again until "
+                                   "it does. Is the DataFlow stuck in __iter__ (a long loop that does not call "
+                                   "inputpipe.dataflow.raise_if_stopping)?".format(self.name, type(self.ds).__name__))
 
 
 class BatchQueueInput(QueueInput):

@@ -40,6 +40,10 @@ class RemappedInput(InputSource):
     def name(self) -> str:
         return self._input.name
 
+    @name.setter
+    def name(self, value: str) -> None:
+        self._input.name = value
+
     @property
     def stats(self) -> InputStats:
         return self._input.stats

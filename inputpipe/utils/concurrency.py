@@ -22,7 +22,7 @@ import queue
 import threading
 from typing import Any, Optional
 
-__all__ = ["StoppableThread", "POLL_INTERVAL"]
+__all__ = ["StoppableThread", "POLL_INTERVAL", "stop_requested"]
 
 #: Seconds between health checks of every blocking wait in the library.
 POLL_INTERVAL = 0.05
@@ -52,6 +52,11 @@ class StoppableThread(threading.Thread):
     def stopped(self) -> bool:
         return self._stop_event.is_set()
 
+    def should_stop(self) -> bool:
+        """Whether the thread's work should end: it was stopped (subclasses add other reasons,
+        e.g. a training coordinator that asked every thread to stop). See :func:`stop_requested`."""
+        return self.stopped()
+
     def wait_stopped(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds, waking early when stopped; returns ``stopped()``."""
         return self._stop_event.wait(timeout)
@@ -74,3 +79,19 @@ class StoppableThread(threading.Thread):
             except queue.Empty:
                 continue
         raise queue.Empty("{} was stopped while waiting on a queue".format(self.name))
+
+
+def stop_requested() -> bool:
+    """Whether the calling thread is a :class:`StoppableThread` whose ``should_stop()`` is true.
+
+    Long loops that wait on nothing the thread's stop would interrupt (a DataFlow re-reading its
+    input to restore a position) call it between items to end within one item of a stop.
+
+    Example::
+
+        for dp in reread:
+            if stop_requested():
+                break
+    """
+    thread = threading.current_thread()
+    return isinstance(thread, StoppableThread) and thread.should_stop()
