@@ -13,6 +13,7 @@ import numpy as np
 from ._state import StatePlan, StateMismatchError, check_state
 from ..utils.concurrency import stop_requested
 from .seeding import new_rng
+from .tensorpack_helpers import get_rng  # noqa: F401  (tensorpack's dataflow.base has it, outside __all__)
 
 __all__ = [
     "DataFlow",
@@ -184,6 +185,12 @@ class DataFlowReentrantGuard:
     def __setstate__(self, state):
         self._owner = state["_owner"]
         self._lock = threading.Lock()
+
+
+#: tensorpack's metaclass of DataFlow (outside its ``__all__``). Here DataFlow's metaclass is ABCMeta
+#: itself: the pre-0.9 compatibility that tensorpack's metaclass added (``get_data()``/``size()``)
+#: is done by ``DataFlow.__init_subclass__``.
+DataFlowMeta = ABCMeta
 
 
 class DataFlow(metaclass=ABCMeta):

@@ -33,6 +33,10 @@ from ._state import IntRange, StatePlan, check_plain_state, two_phase
 from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow,
                    StateMismatchError, empty_passes_mean_stuck, empty_passes_text,
                    check_state, get_length, is_resumable, raise_if_stopping)
+# tensorpack's dataflow.parallel also has these (outside __all__): scripts import them from here
+from .base import DataFlowTerminated  # noqa: F401
+from .plasma import PlasmaGetData, PlasmaPutData  # noqa: F401
+from .tensorpack_helpers import del_weakref, enable_death_signal, ensure_proc_terminate, start_proc_mask_signal  # noqa: F401
 
 __all__ = [
     "MultiProcessRunnerZMQ",

@@ -38,6 +38,9 @@ from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDat
                    empty_passes_text, get_length, raise_if_stopping)
 from .common import BatchData
 from .parallel import _check_positive, _stop_threads
+# tensorpack's dataflow.parallel_map also has these (outside __all__): scripts import them from here
+from .common import RepeatedData  # noqa: F401
+from .tensorpack_helpers import enable_death_signal  # noqa: F401
 
 __all__ = [
     "MultiThreadMapData",
@@ -633,3 +636,14 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
 
 #: tensorpack's name: the same class.
 MultiProcessMapAndBatchDataZMQ = MultiProcessMapAndBatchData
+
+
+def __getattr__(name: str) -> Any:
+    """tensorpack's ``MultiProcessMapDataComponentSharedArray`` (outside its ``__all__``) is built on
+    :class:`MultiProcessMapData` in :mod:`.shared_array_map`, which imports this module; it is
+    loaded on first use."""
+    if name == "MultiProcessMapDataComponentSharedArray":
+        from .shared_array_map import MultiProcessMapDataComponentSharedArray
+
+        return MultiProcessMapDataComponentSharedArray
+    raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))
