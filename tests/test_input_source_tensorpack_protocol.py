@@ -376,10 +376,10 @@ class CountingCallback(Callback):
         self.log.append("before_train")
 
     def _before_run(self, ctx):
-        return tf.compat.v1.train.SessionRunArgs(self.add)
+        return [self.add]                     # tensorpack's Callback also takes a list of fetches
 
     def _after_run(self, ctx, values):
-        self.log.append(int(values.results))
+        self.log.append(int(values.results[0]))
 
     def _after_train(self):
         self.log.append("after_train")

@@ -78,7 +78,10 @@ class CallbackHook(tf.compat.v1.train.SessionRunHook):
 
     def before_run(self, run_context):
         with _default_session(run_context.session):
-            return self._call("before_run", run_context)
+            wanted = self._call("before_run", run_context)
+        if wanted is None or isinstance(wanted, tf.compat.v1.train.SessionRunArgs):
+            return wanted
+        return tf.compat.v1.train.SessionRunArgs(fetches=wanted)     # a list of fetches, as tensorpack allows
 
     def after_run(self, run_context, run_values) -> None:
         with _default_session(run_context.session):
