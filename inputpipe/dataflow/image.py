@@ -28,6 +28,7 @@ from .base import DataFlow, RNGDataFlow, check_state, require_rng
 from .seeding import datapoint_context, datapoint_seed, derive_seed, new_rng
 from .common import MapData, MapDataComponent
 from .image_limits import check_image_file
+from .tensorpack_helpers import shape2d  # noqa: F401  (tensorpack's dataflow.image has it, outside __all__)
 
 __all__ = ["ImageFromFile", "AugmentImageComponent", "AugmentImageCoordinates", "AugmentImageComponents"]
 
@@ -101,6 +102,74 @@ class _FailurePolicy:
             logger.warning("%s: skipped a datapoint whose augmentation failed (%d failure%s so far): "
                            "%s: %s", self.owner, self.failures, "" if self.failures == 1 else "s",
                            type(err).__name__, err, exc_info=True)
+
+
+# tensorpack's dataflow.image also has check_dtype, validate_coords, ExceptionHandler and
+# AugmentorList (outside __all__); these are the checks and the failure policy of the flows below.
+
+def check_dtype(img: Any) -> None:
+    """Raise ``TypeError`` unless ``img`` is a numpy array (any numeric dtype passes, as in
+    tensorpack, whose check of integer dtypes never fired).
+
+    Example::
+
+        check_dtype(np.zeros((4, 4, 3), np.uint8))
+    """
+    from .imgaug.base import check_image
+
+    check_image("check_dtype", img, check_ndim=False)
+
+
+def validate_coords(coords: Any) -> None:
+    """Raise ``ValueError`` unless ``coords`` is a floating point array of shape (N, 2), rows (x, y).
+
+    Example::
+
+        validate_coords(np.array([[0.5, 2.0]], np.float32))
+    """
+    _check_coords("validate_coords", "coords", coords)
+
+
+class ExceptionHandler:
+    """The failure policy of the augmenting flows, as tensorpack's helper: run each datapoint's
+    augmentation in ``with handler.catch():``; an exception is raised, or, with
+    ``catch_exceptions=True``, counted (``failures``), logged (the first 10, then every 100th)
+    and the rest of the block skipped.
+
+    Example::
+
+        handler = ExceptionHandler(catch_exceptions=True)
+        with handler.catch():
+            image = augmentors.augment(image)
+    """
+
+    def __init__(self, catch_exceptions: bool = False):
+        self._policy = _FailurePolicy("ExceptionHandler", catch_exceptions)
+
+    @property
+    def catch_exceptions(self) -> bool:
+        return self._policy.catch_exceptions
+
+    @property
+    def failures(self) -> int:
+        return self._policy.failures
+
+    @contextlib.contextmanager
+    def catch(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception as err:
+            self._policy.failed(err)
+
+
+def __getattr__(name: str) -> Any:
+    """``AugmentorList`` (tensorpack's dataflow.image imports it) comes from the imgaug package,
+    which is imported on first use so that importing the DataFlow core stays fast."""
+    if name == "AugmentorList":
+        from .imgaug import AugmentorList
+
+        return AugmentorList
+    raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))
 
 
 class _SeededAugmentation:
@@ -309,9 +378,9 @@ def _same(value: Any) -> Any:
 
 
 def _imgaug_shape2d(component: str, size: Any) -> Tuple[int, int]:
-    from .imgaug.base import shape2d
+    from .imgaug.base import hw_shape
 
-    return shape2d(component, size)
+    return hw_shape(component, size)
 
 
 class ImageFromFile(RNGDataFlow):

@@ -38,6 +38,9 @@ import numpy as np
 from ...utils.logger import get_logger
 from ..seeding import augmentor_rng, new_rng
 from ._image_rule import HW_OR_HWC, ImageRule
+# tensorpack's imgaug.base also has these (outside __all__): scripts import them from here
+from ..image import check_dtype  # noqa: F401
+from ..tensorpack_helpers import deprecated, get_rng, log_once  # noqa: F401
 
 __all__ = ["Augmentor", "ImageAugmentor", "AugmentorList", "PhotometricAugmentor"]
 
@@ -93,7 +96,7 @@ def _checking_the_image(get_transform: Callable[[Any, Any], Any]) -> Callable[[A
     return checked
 
 
-def shape2d(component: str, value: Any) -> Tuple[int, int]:
+def hw_shape(component: str, value: Any) -> Tuple[int, int]:
     """``(h, w)`` from an int (a square) or a pair; a ValueError naming ``component`` otherwise."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return int(value), int(value)

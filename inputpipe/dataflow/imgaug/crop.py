@@ -5,7 +5,9 @@ import numpy as np
 
 from ._cv2 import INTER_LINEAR, import_cv2
 from ._image_rule import HW_OR_HWC, NON_EMPTY_HW_OR_HWC
-from .base import ImageAugmentor, ImagePlaceholder, shape2d
+from .base import ImageAugmentor, ImagePlaceholder, hw_shape
+# tensorpack's imgaug.crop also has these (outside __all__): scripts import them from here
+from ..tensorpack_helpers import log_deprecated, shape2d  # noqa: F401
 from .misc import ResizeShortestEdge
 from .transform import CropTransform, PhotometricTransform, ResizeTransform, TransformList
 
@@ -33,7 +35,7 @@ class RandomCrop(ImageAugmentor):
     _image_rule = HW_OR_HWC
 
     def __init__(self, crop_shape: Any):
-        shape = shape2d("RandomCrop", crop_shape)
+        shape = hw_shape("RandomCrop", crop_shape)
         super().__init__()
         self.crop_shape = shape
 
@@ -58,7 +60,7 @@ class CenterCrop(ImageAugmentor):
     _image_rule = HW_OR_HWC
 
     def __init__(self, crop_shape: Any):
-        self.crop_shape = shape2d("CenterCrop", crop_shape)
+        self.crop_shape = hw_shape("CenterCrop", crop_shape)
         super().__init__()
 
     def get_transform(self, img: Any) -> Any:

@@ -19,6 +19,7 @@ from ...utils.logger import get_logger
 from ._cv2 import apply_per_channel, import_cv2
 from ._image_rule import HW_OR_HWC, ImageRule
 from .base import PhotometricAugmentor
+from ..tensorpack_helpers import log_deprecated  # noqa: F401  (tensorpack's imgaug.imgproc has it, outside __all__)
 
 __all__ = ["Hue", "Brightness", "BrightnessScale", "Contrast", "MeanVarianceNormalize",
            "GaussianBlur", "Gamma", "Clip", "Saturation", "Lighting", "MinMaxNormalize"]

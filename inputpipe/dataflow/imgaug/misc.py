@@ -6,7 +6,8 @@ import numpy as np
 from ...utils.logger import get_logger
 from ._cv2 import INTER_LINEAR, import_cv2
 from ._image_rule import HW_OR_HWC, NON_EMPTY_HW_OR_HWC
-from .base import ImageAugmentor, shape2d
+from .base import ImageAugmentor, hw_shape
+from ..tensorpack_helpers import shape2d  # noqa: F401  (tensorpack's imgaug.misc has it, outside __all__)
 from .transform import FlipTransform, NoOpTransform, ResizeTransform, TransposeTransform
 
 __all__ = ["Flip", "Resize", "RandomResize", "ResizeShortestEdge", "Transpose"]
@@ -56,7 +57,7 @@ class Resize(ImageAugmentor):
 
     def __init__(self, shape: Any, interp: int = INTER_LINEAR):
         import_cv2("Resize")
-        self.shape = shape2d("Resize", shape)
+        self.shape = hw_shape("Resize", shape)
         self.interp = interp
         super().__init__()
 

@@ -4,8 +4,9 @@ from typing import Any, Optional, Tuple, cast
 import numpy as np
 
 from ._image_rule import HW_OR_HWC
-from .base import ImageAugmentor, shape2d
+from .base import ImageAugmentor, hw_shape
 from .transform import Transform
+from .transform import TransformFactory  # noqa: F401  (tensorpack's imgaug.paste has it, outside __all__)
 
 __all__ = ["CenterPaste", "BackgroundFiller", "ConstantBackgroundFiller", "RandomPaste"]
 
@@ -114,7 +115,7 @@ class CenterPaste(ImageAugmentor):
     def __init__(self, background_shape: Any, background_filler: Optional[BackgroundFiller] = None):
         if background_filler is None:
             background_filler = ConstantBackgroundFiller(0)
-        self.background_shape = shape2d(type(self).__name__, background_shape)
+        self.background_shape = hw_shape(type(self).__name__, background_shape)
         self.background_filler = background_filler
         super().__init__()
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from ._cv2 import BORDER_CONSTANT, INTER_LINEAR, MAX_OPENCV_CHANNELS, OPENCV_DTYPES, apply_per_channel, import_cv2
 from .base import ImageAugmentor, default_repr
+from ..tensorpack_helpers import log_once  # noqa: F401  (tensorpack's imgaug.transform has it, outside __all__)
 
 __all__ = [
     "Transform", "ResizeTransform", "CropTransform", "WarpAffineTransform", "FlipTransform", "TransposeTransform",
