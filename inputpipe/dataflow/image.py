@@ -61,13 +61,27 @@ def _describe(value: Any) -> str:
     return "a {}".format(type(value).__name__)
 
 
-def _check_image(owner: str, key: Hashable, image: Any) -> None:
-    """An image component must be an HW or HWC numpy array of any numeric dtype (tensorpack's
+def _image_input(owner: str, key: Hashable, image: Any) -> Any:
+    """The image component to augment. An HW or HWC numpy array of any numeric dtype (tensorpack's
     check meant to refuse integer images other than uint8 but never did; inputpipe keeps
-    accepting them)."""
+    accepting them), or the encoded bytes of an image file (``bytes`` or a 1-d uint8 array), as
+    an :class:`~inputpipe.dataflow.imgaug.encoded.EncodedImage` that the augmentors decode only
+    as far as they need."""
     from .imgaug.base import check_image
+    from .imgaug.encoded import as_encoded, is_encoded
 
-    check_image("{} (component {!r})".format(owner, key), image)
+    component = "{} (component {!r})".format(owner, key)
+    if is_encoded(image):
+        return as_encoded(image, component)
+    check_image(component, image)
+    return image
+
+
+def _decoded(image: Any) -> Any:
+    """The pixels of an augmented image (an encoded one that no augmentor decoded is decoded now)."""
+    from .imgaug.encoded import decoded
+
+    return decoded(image)
 
 
 def _check_coords(owner: str, key: Hashable, coords: Any) -> None:
@@ -249,9 +263,9 @@ class AugmentImageComponent(_SeededAugmentation, MapDataComponent):
         super().__init__(ds, self._augment, index)
 
     def _augment_one(self, image: Any) -> Any:
-        _check_image(type(self).__name__, self._index, image)
+        image = _image_input(type(self).__name__, self._index, image)
         try:
-            if self._copy:
+            if self._copy and isinstance(image, np.ndarray):
                 image = copy_module.deepcopy(image)
             return self.augs.augment(image)
         except Exception as err:  # noqa: BLE001 - the policy re-raises unless asked to skip
@@ -299,12 +313,12 @@ class AugmentImageCoordinates(_SeededAugmentation, MapData):
         dp = _as_mutable(dp)
         try:
             image, coords = dp[self._img_index], dp[self._coords_index]
-            _check_image(owner, self._img_index, image)
+            image = _image_input(owner, self._img_index, image)
             _check_coords(owner, self._coords_index, coords)
             if self._copy:
                 image, coords = copy_module.deepcopy((image, coords))
             transform = self.augs.get_transform(image)
-            dp[self._img_index] = transform.apply_image(image)
+            dp[self._img_index] = _decoded(transform.apply_image(image))
             dp[self._coords_index] = transform.apply_coords(coords)
             return dp
         except Exception as err:  # noqa: BLE001 - the policy re-raises unless asked to skip
@@ -356,13 +370,11 @@ class AugmentImageComponents(_SeededAugmentation, MapData):
         copy_of = copy_module.deepcopy if self._copy else _same
         try:
             first = self._index[0]
-            image = copy_of(dp[first])
-            _check_image(owner, first, image)
+            image = _image_input(owner, first, copy_of(dp[first]))
             transform = self.augs.get_transform(image)
-            dp[first] = transform.apply_image(image)
+            dp[first] = _decoded(transform.apply_image(image))
             for key in self._index[1:]:
-                _check_image(owner, key, dp[key])
-                dp[key] = transform.apply_image(copy_of(dp[key]))
+                dp[key] = _decoded(transform.apply_image(_image_input(owner, key, copy_of(dp[key]))))
             for key in self._coords_index:
                 coords = copy_of(dp[key])
                 _check_coords(owner, key, coords)

@@ -41,6 +41,7 @@ from ._image_rule import HW_OR_HWC, ImageRule
 # tensorpack's imgaug.base also has these (outside __all__): scripts import them from here
 from ..image import check_dtype  # noqa: F401
 from ..tensorpack_helpers import deprecated, get_rng, log_once  # noqa: F401
+from .encoded import EncodedImage, as_encoded, decoded, is_encoded
 
 __all__ = ["Augmentor", "ImageAugmentor", "AugmentorList", "PhotometricAugmentor"]
 
@@ -87,6 +88,8 @@ def _checking_the_image(get_transform: Callable[[Any, Any], Any]) -> Callable[[A
     """``get_transform`` preceded by the check of the augmentor's ``_image_rule`` (if it has one)."""
     @functools.wraps(get_transform)
     def checked(self: Any, img: Any) -> Any:
+        if not self.reads_encoded and isinstance(img, EncodedImage):
+            img = img.decode()
         rule = self._image_rule
         if rule is not None:
             rule.check(self, img)
@@ -184,6 +187,10 @@ class ImageAugmentor:
 
     #: The images ``get_transform`` accepts, checked before it runs (None: no check).
     _image_rule: Optional[ImageRule] = None
+    #: True when ``get_transform`` reads only the image's ``shape`` (and ``dtype``), so it may be
+    #: given an :class:`~inputpipe.dataflow.imgaug.encoded.EncodedImage` (bytes not yet decoded);
+    #: otherwise such an image is decoded before ``get_transform`` sees it.
+    reads_encoded = False
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -248,6 +255,7 @@ class ImageAugmentor:
         """
         from .transform import BaseTransform, TransformFactory
 
+        img = decoded(img)
         cls = type(self)
         draw = getattr(self, "_get_augment_params", None) or getattr(self, "get_augment_params", None)
         if draw is None and not hasattr(self, "_augment"):
@@ -274,17 +282,25 @@ class ImageAugmentor:
         return coords
 
     def augment(self, img: np.ndarray) -> np.ndarray:
-        """Augment one image: ``get_transform(img).apply_image(img)``."""
+        """Augment one image: ``get_transform(img).apply_image(img)``. ``img`` may also be the
+        encoded bytes of an image file (see :mod:`~inputpipe.dataflow.imgaug.encoded`): it is then
+        decoded as late and as little as the augmentors allow."""
+        img = self._input_image(img)
+        return decoded(self.get_transform(img).apply_image(img))
+
+    def _input_image(self, img: Any) -> Any:
+        if is_encoded(img):
+            return as_encoded(img, type(self).__name__)
         check_image(type(self).__name__, img, check_ndim=False)
-        return self.get_transform(img).apply_image(img)
+        return img
 
     # --------------------------------------------------------------------------- the old calls
 
     def augment_return_params(self, img: np.ndarray) -> Tuple[np.ndarray, Any]:
         """Old API: augment ``img`` and return ``(augmented, params)``; ``params`` is the transform."""
-        check_image(type(self).__name__, img, check_ndim=False)
+        img = self._input_image(img)
         tfm = self.get_transform(img)
-        return tfm.apply_image(img), tfm
+        return decoded(tfm.apply_image(img)), tfm
 
     def augment_with_params(self, img: np.ndarray, params: Any) -> np.ndarray:
         """Old API: apply the same augmentation again: ``params`` from :meth:`augment_return_params`
@@ -341,6 +357,7 @@ class AugmentorList(ImageAugmentor):
     """
 
     _image_rule = HW_OR_HWC
+    reads_encoded = True            # the first augmentor's get_transform decodes if it must
 
     def __init__(self, augmentors: Sequence[ImageAugmentor]):
         if not isinstance(augmentors, (list, tuple)):

@@ -33,6 +33,7 @@ class RandomCrop(ImageAugmentor):
     """
 
     _image_rule = HW_OR_HWC
+    reads_encoded = True           # chooses from the image's size: works on encoded bytes
 
     def __init__(self, crop_shape: Any):
         shape = hw_shape("RandomCrop", crop_shape)
@@ -58,6 +59,7 @@ class CenterCrop(ImageAugmentor):
     """
 
     _image_rule = HW_OR_HWC
+    reads_encoded = True           # chooses from the image's size: works on encoded bytes
 
     def __init__(self, crop_shape: Any):
         self.crop_shape = hw_shape("CenterCrop", crop_shape)
@@ -87,6 +89,7 @@ class RandomCropRandomShape(ImageAugmentor):
     """
 
     _image_rule = HW_OR_HWC
+    reads_encoded = True           # chooses from the image's size: works on encoded bytes
 
     def __init__(self, wmin: int, hmin: int, wmax: Optional[int] = None, hmax: Optional[int] = None,
                  max_aspect_ratio: Optional[float] = None):
@@ -123,6 +126,7 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
     """
 
     _image_rule = NON_EMPTY_HW_OR_HWC
+    reads_encoded = True           # chooses from the image's size: works on encoded bytes
 
     def __init__(self, crop_area_fraction: Tuple[float, float] = (0.08, 1.),
                  aspect_ratio_range: Tuple[float, float] = (0.75, 1.333),

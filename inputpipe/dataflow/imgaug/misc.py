@@ -27,6 +27,7 @@ class Flip(ImageAugmentor):
     """
 
     _image_rule = HW_OR_HWC
+    reads_encoded = True           # chooses from the image's size: works on encoded bytes
 
     def __init__(self, horiz: bool = False, vert: bool = False, prob: float = 0.5):
         super().__init__()
@@ -54,6 +55,7 @@ class Resize(ImageAugmentor):
     """
 
     _image_rule = NON_EMPTY_HW_OR_HWC
+    reads_encoded = True           # chooses from the image's size: works on encoded bytes
 
     def __init__(self, shape: Any, interp: int = INTER_LINEAR):
         import_cv2("Resize")
@@ -76,6 +78,7 @@ class ResizeShortestEdge(ImageAugmentor):
     """
 
     _image_rule = NON_EMPTY_HW_OR_HWC
+    reads_encoded = True           # chooses from the image's size: works on encoded bytes
 
     def __init__(self, size: int, interp: int = INTER_LINEAR):
         import_cv2("ResizeShortestEdge")
@@ -125,6 +128,7 @@ class RandomResize(ImageAugmentor):
     """
 
     _image_rule = NON_EMPTY_HW_OR_HWC
+    reads_encoded = True           # chooses from the image's size: works on encoded bytes
 
     def __init__(self, xrange: Tuple[Any, Any], yrange: Optional[Tuple[Any, Any]] = None,
                  minimum: Tuple[int, int] = (0, 0), aspect_ratio_thres: float = 0.15, interp: int = INTER_LINEAR):
@@ -184,6 +188,7 @@ class Transpose(ImageAugmentor):
     """
 
     _image_rule = HW_OR_HWC
+    reads_encoded = True           # chooses from the image's size: works on encoded bytes
 
     def __init__(self, prob: float = 0.5):
         import_cv2("Transpose")

@@ -16,12 +16,15 @@ Example::
     assert tfm.apply_image(img).tolist() == [[7, 6, 5], [11, 10, 9]]
     assert tfm.apply_coords(np.array([[1.5, 1.5]])).tolist() == [[2.5, 0.5]]
 """
+import functools
+import inspect
 from typing import Any, Callable, List, Optional
 
 import numpy as np
 
 from ._cv2 import BORDER_CONSTANT, INTER_LINEAR, MAX_OPENCV_CHANNELS, OPENCV_DTYPES, apply_per_channel, import_cv2
 from .base import ImageAugmentor, default_repr
+from .encoded import EncodedImage
 from ..tensorpack_helpers import log_once  # noqa: F401  (tensorpack's imgaug.transform has it, outside __all__)
 
 __all__ = [
@@ -89,6 +92,12 @@ class Transform(BaseTransform):
     def __init__(self):
         pass
 
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        method = cls.__dict__.get("apply_image")
+        if inspect.isfunction(method):
+            cls.apply_image = _decoding_first(method)  # type: ignore[method-assign]
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("apply_"):
             def missing(_):
@@ -100,6 +109,22 @@ class Transform(BaseTransform):
         return default_repr(self)
 
     __str__ = __repr__
+
+
+def _decoding_first(apply_image: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``apply_image`` for pixels; given an :class:`~inputpipe.dataflow.imgaug.encoded.EncodedImage`,
+    the transform's ``apply_encoded`` (a crop or a resize that decodes only what it needs) or, by
+    default, ``apply_image`` of the decoded pixels."""
+    @functools.wraps(apply_image)
+    def apply(self: Any, img: Any) -> Any:
+        if isinstance(img, EncodedImage):
+            encoded = getattr(type(self), "apply_encoded", None)
+            if encoded is not None:
+                return encoded(self, img)
+            img = img.decode()
+        return apply_image(self, img)
+
+    return apply
 
 
 class ResizeTransform(Transform):
@@ -128,6 +153,14 @@ class ResizeTransform(Transform):
         return _keep_channel_axis(img, apply_per_channel("ResizeTransform", cv2.resize, img, (self.new_w, self.new_h),
                                                          interpolation=self.interp))
 
+    def apply_encoded(self, img: EncodedImage) -> np.ndarray:
+        """Decode only the encoded image's window, at a DCT scale when it is at least twice the
+        new size, and resize it."""
+        if img.shape[:2] != (self.h, self.w):
+            raise ValueError("ResizeTransform: made for images of shape {} (h, w), got an image of shape {}".format(
+                (self.h, self.w), img.shape))
+        return img.resized(self.new_h, self.new_w, self.interp)
+
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
         coords = _float_coords(coords)
         coords[:, 0] = coords[:, 0] * (self.new_w * 1.0 / self.w)
@@ -153,6 +186,12 @@ class CropTransform(Transform):
 
     def apply_image(self, img: np.ndarray) -> np.ndarray:
         return img[self.y0:self.y0 + self.h, self.x0:self.x0 + self.w]
+
+    def apply_encoded(self, img: EncodedImage) -> EncodedImage:
+        """Narrow the window to decode (nothing is decoded)."""
+        height, width = img.shape[:2]
+        y0, x0 = min(self.y0, height), min(self.x0, width)
+        return img.crop(y0, x0, min(self.h, height - y0), min(self.w, width - x0))
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
         coords = _float_coords(coords)

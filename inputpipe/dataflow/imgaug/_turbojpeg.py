@@ -1,0 +1,250 @@
+"""A small ctypes binding to libjpeg-turbo's TurboJPEG 3 API: decode a window of a JPEG, at a
+DCT scale, without decoding the rest.
+
+The library comes from the ``jpeg`` extra (``pip install "inputpipe[jpeg]"``: the ``turbojpeg``
+wheel, which ships ``libturbojpeg``), from ``$INPUTPIPE_TURBOJPEG`` (a path to a
+``libturbojpeg.so`` of version 3 or later), or from the system. :func:`turbojpeg` returns None
+when none of them is there (callers then decode the whole image with OpenCV).
+
+libjpeg-turbo decodes a window by skipping the rows above it (their entropy data is still read,
+not transformed into pixels), stopping after its last row, and transforming only the columns of
+the iMCUs that contain it (:meth:`TurboJpeg.decode` widens the window to the iMCU grid and crops
+the rest in numpy). A scale of 1/2, 1/4 or 1/8 makes the inverse DCT produce fewer pixels.
+
+Each thread gets its own decompressor (a TurboJPEG handle is not thread-safe); ctypes releases
+the GIL during every call, so threads decode in parallel.
+
+Example::
+
+    tj = turbojpeg()
+    if tj is not None:
+        header = tj.header(data)                     # height, width, ...
+        window = tj.decode(data, (10, 20, 100, 150), scale=2)   # rows 10.., cols 20.., at 1/2
+"""
+import ctypes
+import ctypes.util
+import os
+import threading
+from typing import NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from ...utils.logger import get_logger
+
+__all__ = ["turbojpeg", "TurboJpeg", "JpegHeader", "TurboJpegError"]
+
+logger = get_logger(__name__)
+
+_TJINIT_DECOMPRESS = 1
+_TJPARAM_STOPONWARNING = 0
+_TJPARAM_SUBSAMP = 4
+_TJPARAM_JPEGWIDTH = 5
+_TJPARAM_JPEGHEIGHT = 6
+_TJPARAM_PRECISION = 7
+_TJPARAM_COLORSPACE = 8
+_TJPARAM_MAXPIXELS = 24
+_TJERR_FATAL = 1
+_TJPF_BGR, _TJPF_GRAY = 1, 6
+_TJCS_CMYK, _TJCS_YCCK = 3, 4
+#: iMCU width and height (pixels at full scale) of each TJSAMP_* subsampling, 444 .. 441
+_IMCU_WIDTH = (8, 16, 16, 8, 8, 32, 8)
+_IMCU_HEIGHT = (8, 8, 16, 8, 16, 8, 32)
+#: The DCT scales :meth:`TurboJpeg.decode` uses: 1/1, 1/2, 1/4, 1/8.
+SCALES = (1, 2, 4, 8)
+
+
+class TurboJpegError(ValueError):
+    """libjpeg-turbo could not decode the data (a ValueError, as OpenCV's failures become here)."""
+
+
+class JpegHeader(NamedTuple):
+    """What a JPEG's header says."""
+
+    height: int
+    width: int
+    #: TJSAMP_* (0 = 4:4:4, 1 = 4:2:2, 2 = 4:2:0, 3 = grey, ...; -1 unknown)
+    subsampling: int
+    #: TJCS_* (0 RGB, 1 YCbCr, 2 grey, 3 CMYK, 4 YCCK)
+    colorspace: int
+    precision: int
+
+    @property
+    def imcu(self) -> Tuple[int, int]:
+        """(height, width) of the iMCU grid in pixels at full scale (8 x 8 when unknown)."""
+        if 0 <= self.subsampling < len(_IMCU_WIDTH):
+            return _IMCU_HEIGHT[self.subsampling], _IMCU_WIDTH[self.subsampling]
+        return 8, 8
+
+
+class _Region(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_int), ("y", ctypes.c_int), ("w", ctypes.c_int), ("h", ctypes.c_int)]
+
+
+class _Scaling(ctypes.Structure):
+    _fields_ = [("num", ctypes.c_int), ("denom", ctypes.c_int)]
+
+
+class TurboJpeg:
+    """Decoder of whole JPEGs or windows of them, through one loaded ``libturbojpeg`` (see the
+    module docstring). Use :func:`turbojpeg` to get the process' instance.
+
+    Example::
+
+        tj = TurboJpeg("/usr/lib/x86_64-linux-gnu/libturbojpeg.so.0")
+        image = tj.decode(data)                      # BGR, like cv2.imdecode(data, IMREAD_COLOR)
+    """
+
+    def __init__(self, path: str):
+        lib = ctypes.CDLL(path)
+        self.path = path
+        self._init = _function(lib, "tj3Init", ctypes.c_void_p, [ctypes.c_int])
+        self._destroy = _function(lib, "tj3Destroy", None, [ctypes.c_void_p])
+        self._set = _function(lib, "tj3Set", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
+        self._get = _function(lib, "tj3Get", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int])
+        self._header = _function(lib, "tj3DecompressHeader", ctypes.c_int,
+                                 [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t])
+        self._scale = _function(lib, "tj3SetScalingFactor", ctypes.c_int, [ctypes.c_void_p, _Scaling])
+        self._crop = _function(lib, "tj3SetCroppingRegion", ctypes.c_int, [ctypes.c_void_p, _Region])
+        self._decompress = _function(lib, "tj3Decompress8", ctypes.c_int,
+                                     [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p,
+                                      ctypes.c_int, ctypes.c_int])
+        self._error_text = _function(lib, "tj3GetErrorStr", ctypes.c_char_p, [ctypes.c_void_p])
+        self._error_code = _function(lib, "tj3GetErrorCode", ctypes.c_int, [ctypes.c_void_p])
+        self._local = threading.local()
+
+    def _handle(self) -> int:
+        handle = getattr(self._local, "handle", None)
+        if handle is None:
+            handle = self._init(_TJINIT_DECOMPRESS)
+            if not handle:
+                raise MemoryError("libturbojpeg could not make a decompressor")
+            self._local.handle = handle
+            self._local.finalizer = _HandleCloser(self._destroy, handle)
+        return handle
+
+    def _fail(self, handle: int, what: str) -> TurboJpegError:
+        return TurboJpegError("libjpeg-turbo could not {}: {}".format(
+            what, (self._error_text(handle) or b"unknown error").decode("utf-8", "replace")))
+
+    def header(self, data: bytes) -> JpegHeader:
+        """The header of ``data`` (a TurboJpegError when it is no JPEG libjpeg-turbo can read).
+
+        libjpeg-turbo reads a header that ends early with only a warning, and then reports the
+        previous image's size; the size is therefore checked against the frame header (SOF)
+        found in ``data`` itself."""
+        from ..image_limits import declared_image_size
+
+        handle = self._handle()
+        if self._header(handle, data, len(data)) != 0:
+            raise self._fail(handle, "read the JPEG header")
+        get = self._get
+        header = JpegHeader(get(handle, _TJPARAM_JPEGHEIGHT), get(handle, _TJPARAM_JPEGWIDTH),
+                            get(handle, _TJPARAM_SUBSAMP), get(handle, _TJPARAM_COLORSPACE),
+                            get(handle, _TJPARAM_PRECISION))
+        if declared_image_size(data) != (header.width, header.height):
+            raise TurboJpegError("libjpeg-turbo could not read the JPEG header: the data ends before the frame "
+                                 "header or does not match it")
+        return header
+
+    def decode(self, data: bytes, window: Optional[Tuple[int, int, int, int]] = None, scale: int = 1,
+               grey: bool = False, header: Optional[JpegHeader] = None, max_pixels: int = 0) -> np.ndarray:
+        """Decode ``data`` to a BGR (or, with ``grey``, single-channel) uint8 array.
+
+        ``window``: ``(y, x, h, w)`` in full-scale pixels; only that part is decoded and
+        returned, at ``1/scale`` (``scale`` in :data:`SCALES`): rows ``y // scale`` to
+        ``ceil((y + h) / scale)`` of the scaled image, likewise for columns. ``max_pixels`` (0:
+        none) refuses images whose header declares more pixels."""
+        if scale not in SCALES:
+            raise ValueError("TurboJpeg.decode: scale must be one of {}, got {!r}".format(SCALES, scale))
+        handle = self._handle()
+        if header is None:
+            header = self.header(data)
+        elif self._header(handle, data, len(data)) != 0:
+            raise self._fail(handle, "read the JPEG header")
+        self._set(handle, _TJPARAM_MAXPIXELS, max(0, min(int(max_pixels), 2 ** 31 - 1)))
+        if self._scale(handle, _Scaling(1, scale)) != 0:
+            raise self._fail(handle, "set the scale 1/{}".format(scale))
+        full_h, full_w = -(-header.height // scale), -(-header.width // scale)
+        if window is None:
+            top, left, bottom, right = 0, 0, full_h, full_w
+        else:
+            y, x, h, w = window
+            if h <= 0 or w <= 0 or y < 0 or x < 0 or y + h > header.height or x + w > header.width:
+                raise ValueError("TurboJpeg.decode: window (y, x, h, w) = {} is not inside the {}x{} "
+                                 "image".format(tuple(window), header.height, header.width))
+            top, left = y // scale, x // scale
+            bottom, right = min(full_h, -(-(y + h) // scale)), min(full_w, -(-(x + w) // scale))
+        imcu_w = header.imcu[1] // scale if header.imcu[1] >= scale else 1
+        start = left - left % max(1, imcu_w)            # the region starts on the iMCU grid
+        region = _Region(start, top, right - start, bottom - top)
+        if (region.x, region.y, region.w, region.h) != (0, 0, full_w, full_h):
+            if self._crop(handle, region) != 0:
+                raise self._fail(handle, "set the decoded region {}".format((top, start, region.h, region.w)))
+        else:
+            self._crop(handle, _Region(0, 0, 0, 0))
+        channels = 1 if grey else 3
+        out = np.empty((region.h, region.w, channels), np.uint8)
+        status = self._decompress(handle, data, len(data), out.ctypes.data, region.w * channels,
+                                  _TJPF_GRAY if grey else _TJPF_BGR)
+        if status != 0 and self._error_code(handle) == _TJERR_FATAL:
+            raise self._fail(handle, "decode the JPEG")
+        # a warning (e.g. data ends early: the rest is grey, as OpenCV gives it) keeps the pixels
+        out = out[:, left - start:] if left != start else out
+        return out if not grey else out[:, :, 0]
+
+
+class _HandleCloser:
+    """Destroys a thread's TurboJPEG handle when the thread's local storage goes."""
+
+    def __init__(self, destroy, handle: int):
+        self._destroy, self._handle = destroy, handle
+
+    def __del__(self):
+        self._destroy(self._handle)
+
+
+def _function(lib, name: str, restype, argtypes):
+    function = getattr(lib, name)
+    function.restype, function.argtypes = restype, argtypes
+    return function
+
+
+def _candidates():
+    """Paths of libturbojpeg to try: $INPUTPIPE_TURBOJPEG, the ``turbojpeg`` wheel's copy, the
+    system's."""
+    given = os.environ.get("INPUTPIPE_TURBOJPEG")
+    if given:
+        yield given
+        return
+    try:
+        from importlib import metadata
+
+        for entry in metadata.files("turbojpeg") or ():
+            if "libturbojpeg" in entry.name:
+                yield str(entry.locate())
+    except Exception:                    # not installed (PackageNotFoundError) or odd metadata
+        pass
+    found = ctypes.util.find_library("turbojpeg")
+    if found:
+        yield found
+
+
+_loaded: list = []
+_load_lock = threading.Lock()
+
+
+def turbojpeg() -> Optional[TurboJpeg]:
+    """The process' TurboJPEG 3 decoder, or None when no libturbojpeg of version 3 is found."""
+    if _loaded:
+        return _loaded[0]
+    with _load_lock:
+        if not _loaded:
+            decoder = None
+            for path in _candidates():
+                try:
+                    decoder = TurboJpeg(path)
+                    break
+                except (OSError, AttributeError) as err:      # missing file, or a version 2 library
+                    logger.debug("libturbojpeg at %s cannot be used: %s", path, err)
+            _loaded.append(decoder)
+    return _loaded[0]
