@@ -141,7 +141,7 @@ def make_imagenet(root):
     return root
 
 
-def single_process_training_epoch(root, crop):
+def single_process_training_epoch(root, crop, encoded=False):
     """The training pipeline without the worker processes, augmentors seeded, files in list order.
 
     The augmentors run in one stream over the datapoints (what tensorpack's AugmentImageComponent
@@ -149,7 +149,7 @@ def single_process_training_epoch(root, crop):
     restored pipeline repeats its augmentations), which the seeded stream here cannot match."""
     augs = fbresnet_augmentor(True, crop)
     ds = tp.dataset.ILSVRC12(os.path.join(root, "original"), "train", meta_dir=os.path.join(root, "meta"),
-                             shuffle=False)
+                             shuffle=False, **({"encoded": True} if encoded else {}))
     augmentor_list = tp.imgaug.AugmentorList(augs)
     ds = tp.MapDataComponent(ds, augmentor_list.augment)
     ds.reset_state()
@@ -219,6 +219,33 @@ def test_validation_pipeline_gives_every_image_once(tmp_path):
         expected = reference.augment(cv2.imread(os.path.join(root, "original", "val", name), cv2.IMREAD_COLOR))
         assert got[label].dtype == np.uint8 and got[label].shape == (IMAGE_SIZE, IMAGE_SIZE, 3)
         np.testing.assert_array_equal(got[label], expected)
+
+
+def test_the_fast_recipe_changes_one_line_and_gives_the_same_training_images(tmp_path):
+    """``ILSVRC12(..., encoded=True)``: the augmentors get the JPEG bytes and decode only the crop,
+    with the same random draws (same crops, flips and colour jitter) as on the decoded pixels."""
+    root = make_imagenet(str(tmp_path / "imagenet"))
+    pixels = single_process_training_epoch(root, None)
+    encoded = single_process_training_epoch(root, None, encoded=True)
+    assert [dp[1] for dp in encoded] == [dp[1] for dp in pixels]
+    for (fast, _), (slow, _) in zip(encoded, pixels):
+        assert fast.shape == slow.shape == (IMAGE_SIZE, IMAGE_SIZE, 3) and fast.dtype == np.uint8
+        assert np.abs(fast.astype(int) - slow).mean() < 1.5      # libjpeg's upsampling at the crop's edges
+
+
+def test_the_validation_recipe_reads_bytes_instead_of_cv2_imread(tmp_path):
+    root = make_imagenet(str(tmp_path / "imagenet"))
+    aug = imgaug.AugmentorList(fbresnet_augmentor(False))
+    ds = tp.dataset.ILSVRC12Files(os.path.join(root, "original"), "val", meta_dir=os.path.join(root, "meta"),
+                                  shuffle=False)
+    ds = tp.MapData(ds, lambda dp: [aug.augment(np.fromfile(dp[0], np.uint8)), dp[1]])   # was cv2.imread(dp[0])
+    ds.reset_state()
+    got = list(ds)
+    assert [label for _, label in got] == [2, 0, 1]
+    for (image, _), name in zip(got, ("ILSVRC2012_val_00000001.JPEG", "ILSVRC2012_val_00000002.JPEG",
+                                      "ILSVRC2012_val_00000003.JPEG")):
+        expected = aug.augment(cv2.imread(os.path.join(root, "original", "val", name), cv2.IMREAD_COLOR))
+        np.testing.assert_array_equal(image, expected)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -94,6 +94,23 @@ def read_color_image(component: str, path: str) -> np.ndarray:
     return image
 
 
+def read_encoded_image(component: str, path: str) -> np.ndarray:
+    """The bytes of the image file at ``path`` as a 1-d uint8 array, for augmentors to decode as
+    far as they need (:mod:`inputpipe.dataflow.imgaug.encoded`); a missing file is a
+    FileNotFoundError and a file whose header declares more pixels than
+    :data:`inputpipe.dataflow.image_limits.MAX_IMAGE_PIXELS` an ``ImageTooLargeError``, each
+    naming ``component`` and the file.
+
+    Example::
+
+        data = read_encoded_image("ILSVRC12", "train/n01440764/n01440764_10026.JPEG")
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError("{}: the image file {} is missing".format(component, path))
+    check_image_file(component, path)
+    return np.fromfile(path, np.uint8)
+
+
 def unreadable_image_error(component: str, path: str) -> OSError:
     """The error for an image file OpenCV returned nothing for: missing, or not decodable (then
     the message shows its size and first bytes)."""

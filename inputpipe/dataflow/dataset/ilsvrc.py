@@ -18,7 +18,10 @@ from ...utils.logger import get_logger
 from .._helpers import IndexedSource
 from ..imgaug._cv2 import import_cv2
 from ._checks import DatasetFormatError, format_error, read_text_lines
-from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, read_color_image
+from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, read_color_image, read_encoded_image
+# tensorpack's dataset.ilsvrc also has these (outside __all__): scripts import them from here
+from ..base import RNGDataFlow  # noqa: F401
+from ..tensorpack_helpers import download, get_caffe_pb, mkdir_p, timed_operation  # noqa: F401
 
 __all__ = ["ILSVRCMeta", "ILSVRC12", "ILSVRC12Files", "TinyImageNet"]
 
@@ -26,6 +29,8 @@ logger = get_logger(__name__)
 
 # Only the size of caffe's metadata archive is known (tensorpack records it); no checksum is published.
 CAFFE_ILSVRC12_META = RemoteFile("caffe_ilsvrc12.tar.gz", ("http://dl.caffe.berkeleyvision.org/",), size=17858008)
+#: tensorpack's name: (URL, size in bytes) of caffe's metadata archive.
+CAFFE_ILSVRC12_URL = (CAFFE_ILSVRC12_META.urls[0], 17858008)
 _META_FILES = ["synsets.txt", "synset_words.txt", "train.txt", "val.txt", "test.txt", "imagenet_mean.binaryproto"]
 
 
@@ -260,21 +265,31 @@ class ILSVRC12(ILSVRC12Files):
     ``dir_structure=None`` guesses it from the directory. ``meta_dir`` is the
     :class:`ILSVRCMeta` directory. ``shuffle`` defaults to True for 'train'. Needs OpenCV.
 
+    ``encoded=True`` (not in tensorpack) gives each image as the file's bytes (a 1-d uint8 array)
+    instead of its pixels: the augmentors of :class:`~inputpipe.dataflow.AugmentImageComponent`
+    then decode only the crop they need (see :mod:`inputpipe.dataflow.imgaug.encoded`), and
+    parallel workers receive about a tenth of the bytes. The augmented images are the same BGR
+    uint8 arrays.
+
     Example::
 
         ds = ILSVRC12("/data/imagenet", "train", meta_dir="/data/ilsvrc_metadata")
         ds.reset_state()
         for image, label in ds:
             ...
+        fast = AugmentImageComponent(ILSVRC12("/data/imagenet", "train", encoded=True), augmentors)
     """
 
     def __init__(self, dir: str, name: str, meta_dir: Optional[str] = None, shuffle: Optional[bool] = None,
-                 dir_structure: Optional[str] = None):
+                 dir_structure: Optional[str] = None, encoded: bool = False):
         import_cv2(type(self).__name__)
         super().__init__(dir, name, meta_dir, shuffle, dir_structure)
+        self.encoded = bool(encoded)
 
     def _datapoint(self, k: int) -> List[Any]:
         fname, label = super()._datapoint(k)
+        if self.encoded:
+            return [read_encoded_image(type(self).__name__, fname), label]
         return [read_color_image(type(self).__name__, fname), label]
 
     @staticmethod
