@@ -46,7 +46,7 @@ from ..utils.seeding import new_rng
 from ..utils.workers import _set_parent_death_signal
 
 __all__ = ["get_rng", "get_tqdm_kwargs", "get_tqdm", "log_once", "log_deprecated", "deprecated", "timed_operation",
-           "mkdir_p", "download", "create_dummy_class", "shape2d", "call_only_once", "memoized_method",
+           "mkdir_p", "download", "maybe_download", "create_dummy_class", "shape2d", "call_only_once", "memoized_method",
            "enable_death_signal", "ensure_proc_terminate", "start_proc_mask_signal", "DIE", "del_weakref",
            "get_caffe_pb"]
 
@@ -277,6 +277,17 @@ def download(url: str, dir: str, filename: Optional[str] = None, expect_size: Op
     return fetch(_WholeUrl(name, (url,), size=expect_size), dir, "download")
 
 
+def maybe_download(url: str, work_directory: str) -> str:
+    """The path of ``url``'s file in ``work_directory``, downloaded there first when it is missing
+    (tensorpack's helper of the MNIST and Caltech101 readers); see :func:`download`.
+
+    Example::
+
+        path = maybe_download("http://yann.lecun.com/exdb/mnist/t10k-labels-idx1-ubyte.gz", "/data/mnist")
+    """
+    return download(url, work_directory)
+
+
 # ------------------------------------------------------------------------------------- classes, arguments
 
 def create_dummy_class(klass: str, dependency: str) -> type:
@@ -484,3 +495,4 @@ def get_caffe_pb() -> Any:
         "LMDB files; inputpipe needs neither protobuf nor Caffe for them: read such a file with "
         "inputpipe.dataflow.CaffeLMDB(lmdb_path, shuffle=...), or decode one record with "
         "inputpipe.dataflow.caffe_datum.parse_datum(value)")
+

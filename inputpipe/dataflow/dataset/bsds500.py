@@ -18,6 +18,9 @@ from .._helpers import IndexedSource
 from ..imgaug._cv2 import import_cv2
 from ._checks import describe, format_error
 from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, load_mat, read_color_image
+# tensorpack's dataset.bsds500 also has these (outside __all__): scripts import them from here
+from ..base import RNGDataFlow  # noqa: F401
+from ..tensorpack_helpers import create_dummy_class, download  # noqa: F401
 
 __all__ = ["BSDS500"]
 
@@ -25,6 +28,9 @@ __all__ = ["BSDS500"]
 _REMOTE = RemoteFile("BSR_bsds500.tgz", ("http://www.eecs.berkeley.edu/Research/Projects/CS/vision/grouping/BSR/",),
                      size=70763455)
 IMG_W, IMG_H = 481, 321
+#: tensorpack's names of the standard archive's URL and size in bytes.
+DATA_URL = _REMOTE.urls[0]
+DATA_SIZE = 70763455
 
 
 def _boundary_maps(component: str, gt_file: str, content: Dict[str, Any]) -> List[np.ndarray]:

@@ -14,6 +14,9 @@ from typing import Any, List, Optional
 from .._helpers import IndexedSource
 from ._checks import check_array, check_labels, check_variables, format_error
 from ._files import RemoteFile, fetch, get_dataset_path, load_mat
+# tensorpack's dataset.caltech101 also has these (outside __all__): scripts import them from here
+from ..base import RNGDataFlow  # noqa: F401
+from ..tensorpack_helpers import create_dummy_class, download, maybe_download  # noqa: F401
 
 __all__ = ["Caltech101Silhouettes"]
 

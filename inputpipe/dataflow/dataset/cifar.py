@@ -16,6 +16,9 @@ from ...utils.logger import get_logger
 from .._helpers import IndexedSource
 from ._checks import DatasetFormatError, check_array, check_keys, check_labels, describe, format_error
 from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, load_dataset_pickle
+# tensorpack's dataset.cifar also has these (outside __all__): scripts import them from here
+from ..base import RNGDataFlow  # noqa: F401
+from ..tensorpack_helpers import download  # noqa: F401
 
 __all__ = ["CifarBase", "Cifar10", "Cifar100"]
 
@@ -29,6 +32,11 @@ _ARCHIVES = {
     100: (RemoteFile("cifar-100-python.tar.gz", (_BASE_URL,), md5="eb9058c3a382ffc7106e4002c42a8d85",
                      size=169001437), "cifar-100-python"),
 }
+
+
+#: tensorpack's names: (URL, size in bytes) of the standard archives.
+DATA_URL_CIFAR_10 = (_ARCHIVES[10][0].urls[0], 170498071)
+DATA_URL_CIFAR_100 = (_ARCHIVES[100][0].urls[0], 169001437)
 
 
 def _check_classnum(component: str, cifar_classnum: int) -> None:
@@ -90,6 +98,44 @@ def _read_label_names(meta_file: str, cifar_classnum: int, component: str) -> Li
         raise format_error(component, meta_file, "expected {!r} to list {} class names, found {}".format(
             key, cifar_classnum, "{} names".format(len(names)) if isinstance(names, (list, tuple)) else describe(names)))
     return list(names)
+
+
+# tensorpack's module functions (outside __all__), on the readers' code
+
+def maybe_download_and_extract(dest_directory: str, cifar_classnum: int) -> None:
+    """Download the standard CIFAR-10 or -100 archive into ``dest_directory``, verify and unpack
+    it, unless its folder (``cifar-10-batches-py`` or ``cifar-100-python``) is already there.
+
+    Example::
+
+        maybe_download_and_extract("/data/cifar10", 10)
+    """
+    _check_classnum("maybe_download_and_extract", cifar_classnum)
+    _maybe_download_and_extract(dest_directory, cifar_classnum, "maybe_download_and_extract")
+
+
+def get_filenames(dir: str, cifar_classnum: int) -> Tuple[List[str], List[str], str]:
+    """``(train batch files, test batch files, meta file)`` of the unpacked dataset in ``dir``.
+
+    Example::
+
+        train_files, test_files, meta_file = get_filenames("/data/cifar10", 10)
+    """
+    _check_classnum("get_filenames", cifar_classnum)
+    return _filenames(dir, cifar_classnum)
+
+
+def read_cifar(filenames: Sequence[str], cifar_classnum: int) -> List[List[Any]]:
+    """``[image, label]`` of every row of the batch files, in order: image a uint8 (32, 32, 3)
+    array, label an int (CIFAR-100: the fine label). A damaged file is a ``DatasetFormatError``
+    naming it.
+
+    Example::
+
+        data = read_cifar(get_filenames("/data/cifar10", 10)[1], 10)     # the 10000 test images
+    """
+    _check_classnum("read_cifar", cifar_classnum)
+    return _read_batches(filenames, cifar_classnum, "read_cifar")
 
 
 class CifarBase(IndexedSource):

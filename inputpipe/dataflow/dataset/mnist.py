@@ -17,6 +17,9 @@ import numpy as np
 from .._helpers import IndexedSource
 from ._checks import DatasetFormatError, check_labels
 from ._files import RemoteFile, fetch, get_dataset_path
+# tensorpack's dataset.mnist also has these (outside __all__): scripts import them from here
+from ..base import RNGDataFlow  # noqa: F401
+from ..tensorpack_helpers import download, maybe_download  # noqa: F401
 
 __all__ = ["Mnist", "FashionMnist"]
 
@@ -66,6 +69,30 @@ def _read_idx(path: str, magic: int, ndim: int, component: str) -> np.ndarray:
         raise DatasetFormatError("{}: {} is not a readable gzip file (expected a gzipped IDX file): {}".format(
             component, path, err)) from None
     return np.frombuffer(data, dtype=np.uint8).reshape(shape)
+
+
+# tensorpack's module functions (outside __all__), on the reader's code
+
+def extract_images(filename: str) -> np.ndarray:
+    """The images of a gzipped MNIST IDX image file as a float32 array [index, y, x, 1] in [0, 1].
+    A file that is not one is a ``DatasetFormatError`` (a ``ValueError``) naming it.
+
+    Example::
+
+        images = extract_images("/data/mnist/t10k-images-idx3-ubyte.gz")     # (10000, 28, 28, 1)
+    """
+    images = _read_idx(filename, _IMAGES_MAGIC, 3, "extract_images")
+    return images[:, :, :, np.newaxis].astype(np.float32) / 255.0
+
+
+def extract_labels(filename: str) -> np.ndarray:
+    """The labels of a gzipped MNIST IDX label file as a uint8 array [index].
+
+    Example::
+
+        labels = extract_labels("/data/mnist/t10k-labels-idx1-ubyte.gz")     # (10000,)
+    """
+    return _read_idx(filename, _LABELS_MAGIC, 1, "extract_labels")
 
 
 class Mnist(IndexedSource):

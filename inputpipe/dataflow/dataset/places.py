@@ -16,6 +16,7 @@ from .._helpers import IndexedSource
 from ..imgaug._cv2 import import_cv2
 from ._checks import DatasetFormatError, read_text_lines
 from ._files import read_color_image
+from ..base import RNGDataFlow  # noqa: F401  (tensorpack's dataset.places has it, outside __all__)
 
 __all__ = ["Places365Standard"]
 

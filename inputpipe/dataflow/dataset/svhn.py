@@ -16,12 +16,16 @@ from ...utils.logger import get_logger
 from .._helpers import IndexedSource
 from ._checks import check_array, check_labels, check_variables, format_error
 from ._files import RemoteFile, fetch, get_dataset_path, load_mat
+# tensorpack's dataset.svhn also has these (outside __all__): scripts import them from here
+from ..base import RNGDataFlow  # noqa: F401
+from ..tensorpack_helpers import create_dummy_class, download  # noqa: F401
 
 __all__ = ["SVHNDigit"]
 
 logger = get_logger(__name__)
 
 _SVHN_URL = "http://ufldl.stanford.edu/housenumbers/"
+SVHN_URL = _SVHN_URL        # tensorpack's name (outside __all__)
 _MD5 = {
     "train": "e26dedcc434d2e4c54c9b2d4a06d8373",
     "test": "eb5a983be6a315427106f1b164d9cef3",
