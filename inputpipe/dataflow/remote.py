@@ -30,6 +30,10 @@ from ..utils import serialize
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.logger import get_logger
 from .base import DataFlow, DataFlowReentrantGuard, raise_if_stopping
+# tensorpack's dataflow.remote also has these (outside __all__): scripts import them from here
+from ..utils.serialize import dumps, loads  # noqa: F401
+from .process_queue import dump_dataflow_to_process_queue  # noqa: F401
+from .tensorpack_helpers import DIE, get_tqdm_kwargs  # noqa: F401
 
 __all__ = ["send_dataflow_zmq", "RemoteDataZMQ"]
 
