@@ -141,23 +141,117 @@ def test_a_none_datapoint_is_dropped_and_counted_and_receive_tells_it_from_silen
             context.term()
 
 
-def test_a_frame_above_the_limit_drops_the_connection_and_the_sender_recovers():
+def test_a_frame_above_the_limit_drops_the_connection_and_the_sender_recovers(caplog):
     with RemoteDataZMQ("tcp://127.0.0.1:*", max_bytes=1 << 20) as df:
         df.reset_state()
+        assert df.socket_limit == 4 << 20
         context = zmq.Context()
         sender = context.socket(zmq.PUSH)
         try:
             sender.connect(df.endpoints[0])
-            sender.send_multipart(serialize.dumps_frames([np.zeros(2 << 20, np.uint8)]), copy=False)
-            deadline, dp = time.monotonic() + TIMEOUT, None
-            while dp is None:            # messages queued while the connection was dropped are lost
-                assert time.monotonic() < deadline, "no datapoint arrived after the oversized frame"
-                sender.send_multipart(serialize.dumps_frames([1, "after"]))
-                dp = df.receive(0.05)
+            with caplog.at_level(logging.WARNING, logger="inputpipe"):
+                # above the socket's own limit: ZeroMQ drops the connection before reading the frame
+                sender.send_multipart(serialize.dumps_frames([np.zeros((4 << 20) + 1, np.uint8)]), copy=False)
+                deadline, dp = time.monotonic() + TIMEOUT, None
+                while dp is None:            # messages queued while the connection was dropped are lost
+                    assert time.monotonic() < deadline, "no datapoint arrived after the oversized frame"
+                    sender.send_multipart(serialize.dumps_frames([1, "after"]))
+                    dp = df.receive(0.05)
+                while not any("connection" in r.getMessage() for r in caplog.records):
+                    assert time.monotonic() < deadline, "the dropped connection was never logged"
+                    df.receive(0.05)        # the monitor's events may come after the next message
             assert dp == [1, "after"]
+            assert df.rejected == 0 and df.disconnects == 1
+            lost = [r.getMessage() for r in caplog.records if "connection" in r.getMessage()]
+            assert len(lost) == 1 and lost[0].startswith(
+                "RemoteDataZMQ lost a sender's connection (1 so far): on tcp://127.0.0.1:"), lost
+            assert lost[0].endswith(", and the sender connected again: ZeroMQ drops the connection of a sender "
+                                    "that sends a frame above the socket limit of 4194304 bytes (4 x max_bytes); "
+                                    "datapoints the sender had queued on it may be lost")
         finally:
             sender.close(linger=0)
             context.term()
+
+
+def test_a_sender_that_closes_its_connection_is_counted_and_logged_at_info_without_a_warning(caplog, monkeypatch):
+    from inputpipe.dataflow import remote
+
+    monkeypatch.setattr(remote, "RECONNECT_WINDOW", 0.2)
+    with RemoteDataZMQ("tcp://127.0.0.1:*") as df:
+        df.reset_state()
+        with caplog.at_level(logging.INFO, logger="inputpipe"):
+            sender = _sender_thread(Indexed(3), df.endpoints[0], num_epochs=1)
+            assert [dp[0] for dp in _receive(df, 3)] == [0, 1, 2]
+            sender.join(TIMEOUT)
+            deadline = time.monotonic() + TIMEOUT
+            while not any("closed its connection" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, "the closed connection was never logged"
+                assert df.receive(0.05) is None
+    assert df.disconnects == 1 and df.rejected == 0
+    logged = [(r.levelno, r.getMessage()) for r in caplog.records if "connection" in r.getMessage()]
+    assert logged == [(logging.INFO, "RemoteDataZMQ: a sender on {} closed its connection (1 connections lost so "
+                                     "far)".format(df.endpoints[0]))]
+
+
+def _numbered(i, size=4096):
+    return [i, np.full(size, i, np.int32)]
+
+
+@pytest.mark.timeout(60)
+def test_an_oversized_datapoint_is_dropped_and_counted_while_the_rest_queued_behind_it_arrive(caplog):
+    # ZeroMQ's MAXMSGSIZE at max_bytes dropped the connection on this datapoint, and with it
+    # everything the sender had queued behind it (up to 199 of 299 datapoints), uncounted.
+    sent = [_numbered(i) for i in range(300)]
+    sent[100] = [100, np.zeros(2 << 20, np.uint8)]          # 2 MiB, over max_bytes (1 MiB)
+    with RemoteDataZMQ("tcp://127.0.0.1:*", max_bytes=1 << 20) as df:
+        df.reset_state()
+        context, sender = _push_socket(df.endpoints[0])
+        try:
+            with caplog.at_level(logging.WARNING, logger="inputpipe"):
+                for dp in sent:
+                    sender.send_multipart(serialize.dumps_frames(dp), copy=False)
+                time.sleep(0.5)                               # the receiver is busy: everything queues up
+                got = _receive(df, 299)
+                assert df.receive(0.2) is None                # nothing more
+            assert [dp[0] for dp in got] == [i for i in range(300) if i != 100]
+            assert all(arr.dtype == np.int32 and arr.shape == (4096,) and (arr == i).all() for i, arr in got)
+            assert df.rejected == 1
+            assert df.disconnects == 0                        # the connection stayed up
+            warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+            assert len(warnings) == 1 and warnings[0].startswith(
+                "RemoteDataZMQ dropped a bad message (1 so far): message of 2 frames exceeds the limit of 1048576 "
+                "bytes ("), warnings
+        finally:
+            sender.close(linger=0)
+            context.term()
+
+
+@pytest.mark.timeout(60)
+def test_zmq_input_drops_an_oversized_datapoint_and_trains_on_every_good_one(caplog):
+    import tensorflow as tf
+    from input_source_helpers import Fixed, build, expected_x
+
+    from inputpipe.input_source import ZMQInput, hooked_session
+
+    sent = [[expected_x(i), i] for i in range(300)]
+    sent[100] = [np.zeros(1 << 19, np.float32), 100]           # 2 MiB, over max_bytes (1 MiB)
+    source = ZMQInput("tcp://127.0.0.1:*", hwm=20, timeout=TIMEOUT, max_bytes=1 << 20)
+    graph, (x, label) = build(source)
+    source.reset_state()
+    try:
+        with caplog.at_level(logging.WARNING, logger="inputpipe"):
+            with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
+                sender = _sender_thread(Fixed(sent), source.endpoints[0], num_epochs=1)
+                time.sleep(0.5)                               # training is busy: the sender queues up
+                got = [run([x, label]) for _ in range(299)]
+            sender.join(TIMEOUT)
+        assert [int(v) for _, v in got] == [i for i in range(300) if i != 100]
+        np.testing.assert_array_equal(got[150][0], expected_x(151))
+        assert source.rejected == 1
+        dropped = [r.getMessage() for r in caplog.records if "dropped a bad message" in r.getMessage()]
+        assert len(dropped) == 1 and "exceeds the limit of 1048576 bytes" in dropped[0], dropped
+    finally:
+        source.close()
 
 
 def test_ipc_socket_file_is_removed_on_close_and_two_addresses_are_served(tmp_path):
@@ -259,9 +353,55 @@ def test_a_message_of_many_tiny_frames_is_discarded_unread_with_little_memory(mo
     assert decoded == [1]                 # only the good message reached the decoder
     assert peak < 2 << 20, peak           # never a list of 100001 frames (that would be > 5 MB)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == ["RemoteDataZMQ dropped a bad message (1 so far): message of 100001 frames, more than "
-                        "the header and 1000 array frames; it was discarded unread (raise max_frames/max_bytes "
-                        "if such messages are expected)"]
+    assert warnings == ["RemoteDataZMQ dropped a bad message (1 so far): message of 100001 frames, but its header "
+                        "declares 1 array frames after it; it was discarded unread"]
+
+
+def _send_and_wait_queued(sender, *messages):
+    for frames in messages:
+        sender.send_multipart(frames)
+    deadline = time.monotonic() + TIMEOUT
+    while not sender.poll(0, zmq.POLLOUT) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)                   # the whole multipart message is in the receiver's queue
+
+
+@pytest.mark.timeout(60)
+def test_frames_beyond_what_the_header_declares_are_discarded_in_little_cpu_and_memory_at_default_limits(caplog):
+    import tracemalloc
+
+    n_frames = 100000
+    header = serialize.dumps_frames([np.zeros(5000, np.uint8)])[0]        # declares 1 array frame
+    hostile = [header] + [b""] * n_frames
+    good = serialize.dumps_frames([1, "after"])
+    with RemoteDataZMQ("tcp://127.0.0.1:*") as df:                         # max_frames=65536
+        df.reset_state()
+        context, sender = _push_socket(df.endpoints[0])
+        try:
+            with caplog.at_level(logging.WARNING, logger="inputpipe"):
+                _send_and_wait_queued(sender, hostile, good)
+                tracemalloc.start()
+                try:
+                    first = _receive(df, 1)
+                    _, peak = tracemalloc.get_traced_memory()
+                finally:
+                    tracemalloc.stop()
+                _send_and_wait_queued(sender, hostile, good)
+                cpu = time.thread_time()
+                second = _receive(df, 1)
+                cpu = time.thread_time() - cpu
+        finally:
+            sender.close(linger=0)
+            context.term()
+    assert first == second == [[1, "after"]]
+    assert df.rejected == 2
+    # the frames after the declared one are received into an empty buffer, never as objects (taking
+    # 65,537 of them as objects, as max_frames allows, held > 8 MiB and ~0.15 s of CPU)
+    assert peak < 1 << 20, peak
+    assert cpu < 0.5, cpu              # measured: ~0.08 s on a 2-core host (~0.8 us per frame)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["RemoteDataZMQ dropped a bad message ({} so far): message of 100001 frames, but its header "
+                        "declares 1 array frames after it; it was discarded unread".format(i) for i in (1, 2)]
 
 
 def test_total_bytes_over_the_limit_across_frames_is_discarded_before_decoding(monkeypatch):
@@ -289,7 +429,9 @@ def test_total_bytes_over_the_limit_across_frames_is_discarded_before_decoding(m
 def test_a_frame_above_the_cap_is_refused_by_the_socket_option():
     with RemoteDataZMQ("tcp://127.0.0.1:*", max_bytes=12345) as df:
         df.reset_state()
-        assert df._socket.getsockopt(zmq.MAXMSGSIZE) == 12345
+        # with headroom: a message somewhat over max_bytes is read and dropped by the receiver, which
+        # keeps the connection; only a frame 4 x over makes ZeroMQ drop it, so none can exhaust memory
+        assert df._socket.getsockopt(zmq.MAXMSGSIZE) == 4 * 12345 == df.socket_limit
 
 
 def test_rejection_warnings_are_rate_limited_and_the_counter_counts_all(caplog, monkeypatch):

@@ -3,10 +3,13 @@
 ``send_dataflow_zmq`` pushes datapoints from anywhere; :class:`RemoteDataZMQ` receives them as a
 DataFlow. Messages are :mod:`inputpipe.utils.serialize` frames sent and received without copying
 (``copy=False``); they are data, never code (nothing is unpickled). A message is bounded as a
-whole: a frame above ``max_bytes`` is refused by ZeroMQ itself (``zmq.MAXMSGSIZE``), and a
-message of more than ``max_frames`` array frames or ``max_bytes`` bytes in all is refused while
-its frames are counted, before anything is decoded. Refused, malformed or truncated messages are
-counted (``rejected``) and dropped with rate-limited warnings while good messages keep flowing. Addresses without a host (``8877``, ``"tcp://:8877"``) mean 127.0.0.1;
+whole, by the reader itself: one over ``max_bytes`` bytes in all its frames, with more array
+frames than its header declares or than ``max_frames``, or malformed or truncated, is dropped,
+counted (``rejected``) and logged (rate-limited), and the messages behind it keep flowing. Only a
+frame above ``SOCKET_LIMIT_FACTOR`` times ``max_bytes`` (ZeroMQ's own limit, ``zmq.MAXMSGSIZE``,
+which keeps a hostile frame from exhausting memory) makes ZeroMQ drop the sender's connection;
+every lost connection is counted (``disconnects``), and one the sender opens again at once (what
+ZeroMQ's drop looks like) is warned about, as what the sender had queued on it may be lost. Addresses without a host (``8877``, ``"tcp://:8877"``) mean 127.0.0.1;
 listening on other interfaces must be asked for explicitly (e.g. ``"tcp://0.0.0.0:8877"``).
 
 Example::
@@ -18,15 +21,19 @@ Example::
     for images, labels in df:
         ...
 """
+import collections
 import os
 import threading
 import time
 import weakref
-from typing import Any, Iterator, List, Optional, Union
+from typing import Any, Deque, Iterator, List, Optional, Tuple, Union
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from ..utils import serialize
+from ..utils._wire_decode import _as_bytes_view, _read_preamble
+from ..utils._wire_layout import _LAYOUT_FRAMES
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.logger import get_logger
 from .base import DataFlow, DataFlowReentrantGuard, raise_if_stopping
@@ -43,6 +50,17 @@ logger = get_logger(__name__)
 #: one summary per interval.
 REJECTION_LOG_BURST = 10
 REJECTION_LOG_INTERVAL = 10.0
+
+#: ZeroMQ's own limit on one frame (``zmq.MAXMSGSIZE``) is this many times a receiver's
+#: ``max_bytes``: a message over ``max_bytes`` but under this is read, dropped and counted by the
+#: receiver while the connection stays up; a frame above it makes ZeroMQ drop the connection
+#: (counted in ``disconnects``), so that no frame, however large it claims to be, is allocated.
+SOCKET_LIMIT_FACTOR = 4
+
+#: Seconds within which a sender whose connection was lost connects again for the loss to count
+#: as dropped (a warning); a sender that does not come back closed it (logged at INFO). ZeroMQ
+#: reconnects after 0.1 s, and it does not say why a connection ended.
+RECONNECT_WINDOW = 2.0
 
 #: Seconds ``send_dataflow_zmq`` keeps trying to deliver queued datapoints after its last epoch.
 SEND_LINGER_SECONDS = 10.0
@@ -166,10 +184,13 @@ class MessageRejected(serialize.WireFormatError):
 def receive_bounded(socket: zmq.Socket, max_frames: int, max_bytes: int) -> List[zmq.Frame]:
     """The frames of the next message on ``socket`` (which must have one ready), without copying.
 
-    Frames are taken one by one and counted; once the message has more than ``1 + max_frames``
-    frames or more than ``max_bytes`` bytes, the rest of it is received and discarded without
-    being kept, and :class:`MessageRejected` is raised (so a message of millions of tiny frames
-    never becomes a list of millions of objects).
+    The header frame is read first: the number of array frames it declares (at most
+    ``max_frames``) bounds how many more frames are taken, one by one, counting their bytes. A
+    message whose header is malformed, with more frames than declared, or of more than
+    ``max_bytes`` bytes in all is refused (:class:`MessageRejected`, or the header's
+    :class:`~inputpipe.utils.serialize.WireFormatError`) and the rest of it is received into an
+    empty buffer and discarded, so a message of millions of tiny frames never becomes millions of
+    Python objects (and costs about a microsecond of CPU per frame).
 
     Example::
 
@@ -177,37 +198,58 @@ def receive_bounded(socket: zmq.Socket, max_frames: int, max_bytes: int) -> List
             frames = receive_bounded(socket, max_frames=64, max_bytes=1 << 26)
     """
     frame = socket.recv(copy=False)
+    try:
+        expected = _frames_declared(frame, max_frames)
+    except serialize.WireFormatError:
+        if frame.more:
+            _discard_rest(socket)
+        raise
     frames, total = [frame], len(frame)
-    while len(frames) <= max_frames + 1 and total <= max_bytes:
-        if not frame.more:
-            return frames
+    while frame.more and len(frames) < expected and total <= max_bytes:
         frame = socket.recv(copy=False)
         frames.append(frame)
         total += len(frame)
+    if not frame.more and total <= max_bytes:
+        return frames
     counted = len(frames)
-    dropped = counted + (_discard_rest(socket) if frame.more else 0)
-    if counted > max_frames + 1:
-        what = "{} frames, more than the header and {} array frames".format(dropped, max_frames)
-    else:
-        what = "{} frames exceeds the limit of {} bytes ({} bytes in its first {} frames)".format(
-            dropped, max_bytes, total, counted)
-    raise MessageRejected("message of {}; it was discarded unread (raise max_frames/max_bytes if such "
-                          "messages are expected)".format(what))
+    received = counted + (_discard_rest(socket) if frame.more else 0)
+    if total <= max_bytes:
+        raise MessageRejected("message of {} frames, but its header declares {} array frames after it; it was "
+                              "discarded unread".format(received, expected - 1))
+    raise MessageRejected("message of {} frames exceeds the limit of {} bytes ({} bytes in its first {} frames); it "
+                          "was discarded unread (raise max_bytes if such messages are expected)".format(
+                              received, max_bytes, total, counted))
+
+
+def _frames_declared(header: zmq.Frame, max_frames: int) -> int:
+    """How many frames the message that starts with ``header`` has, by its header (which is
+    checked as ``loads_frames`` checks it; a bad one raises the same WireFormatError)."""
+    layout, sizes, _, _ = _read_preamble(_as_bytes_view(header, "loads_frames frame 0"), "loads_frames",
+                                         max_frames)
+    return 1 + len(sizes) if layout == _LAYOUT_FRAMES else 1
 
 
 def _discard_rest(socket: zmq.Socket) -> int:
-    """Receive and drop the remaining frames of the current message; returns how many."""
+    """Receive and drop the remaining frames of the current message; returns how many.
+
+    Each frame is received into an empty buffer (``recv_into``, pyzmq >= 26.4): nothing is
+    allocated or copied for it, whatever its size."""
     count = 0
-    while socket.getsockopt(zmq.RCVMORE):
-        socket.recv(copy=False)
+    discard = getattr(socket, "recv_into", None)
+    empty = bytearray()
+    while socket.get(zmq.RCVMORE):
+        if discard is None:
+            socket.recv(copy=False)
+        else:
+            discard(empty)
         count += 1
     return count
 
 
 class RejectionLog:
-    """Counts the messages a receiver drops and warns about them without flooding the log: each of
-    the first ``REJECTION_LOG_BURST`` in a ``REJECTION_LOG_INTERVAL`` is logged, later ones are
-    summed up in one warning per interval.
+    """Counts what a receiver drops (bad messages, or lost connections) and warns about it without
+    flooding the log: each of the first ``REJECTION_LOG_BURST`` in a ``REJECTION_LOG_INTERVAL`` is
+    logged, later ones are summed up in one warning per interval.
 
     Example::
 
@@ -215,16 +257,18 @@ class RejectionLog:
         rejections.record(err)          # rejections.count == 1
     """
 
-    def __init__(self, owner: str):
+    def __init__(self, owner: str, one: str = "dropped a bad message", more: str = "dropped {} more bad messages"):
         self.owner = owner
+        self.one = one
+        self.more = more
         self.count = 0
         self._window_start = time.monotonic()
         self._shown = 0
         self._hidden = 0
-        self._latest: Optional[BaseException] = None
+        self._latest: object = None
 
-    def record(self, err: BaseException) -> None:
-        """Count one dropped message and maybe warn about it."""
+    def record(self, err: object) -> None:
+        """Count one dropped message (or lost connection) and maybe warn about it (``err`` says why)."""
         self.count += 1
         now = time.monotonic()
         if now - self._window_start >= REJECTION_LOG_INTERVAL:
@@ -232,20 +276,21 @@ class RejectionLog:
             self._window_start, self._shown = now, 0
         if self._shown < REJECTION_LOG_BURST:
             self._shown += 1
-            logger.warning("%s dropped a bad message (%d so far): %s", self.owner, self.count, err)
+            logger.warning("%s %s (%d so far): %s", self.owner, self.one, self.count, err)
         else:
             self._hidden += 1
             self._latest = err
 
     def flush(self) -> None:
-        """Warn about the messages dropped since the last warning, if any."""
+        """Warn about what was dropped since the last warning, if anything."""
         if self._hidden:
-            logger.warning("%s dropped %d more bad messages (%d so far; not logged one by one); the latest: %s",
-                           self.owner, self._hidden, self.count, self._latest)
+            logger.warning("%s %s (%d so far; not logged one by one); the latest: %s",
+                           self.owner, self.more.format(self._hidden), self.count, self._latest)
             self._hidden, self._latest = 0, None
 
 
-def _close_socket(socket: zmq.Socket, context: zmq.Context, ipc_paths: List[str]) -> None:
+def _close_socket(socket: zmq.Socket, monitor: zmq.Socket, context: zmq.Context, ipc_paths: List[str]) -> None:
+    monitor.close(linger=0)
     socket.close(linger=0)
     context.term()
     for path in ipc_paths:
@@ -262,13 +307,19 @@ class RemoteDataZMQ(DataFlow):
     Listens (``bind=True``) on ``addr1`` and, if given, ``addr2``; a bare port or ``tcp://:port``
     means 127.0.0.1. Arrays are built on the received ZeroMQ frames without a copy.
 
-    Every message is bounded: a single frame above ``max_bytes`` makes ZeroMQ drop the
-    connection before the frame is read (``zmq.MAXMSGSIZE``; the sender re-opens it, and the
-    message is not counted here), and a message with more than ``max_frames`` array frames or
-    more than ``max_bytes`` bytes in all is discarded while its frames are counted, before any
-    object is built (see :func:`receive_bounded`). Such messages, and malformed or truncated ones,
-    are dropped, counted in ``rejected`` and logged (one by one up to ``REJECTION_LOG_BURST`` per
-    ``REJECTION_LOG_INTERVAL`` seconds, then summed up).
+    Every message is bounded as a whole, here: one of more than ``max_bytes`` bytes in all its
+    frames, or with more array frames than its header declares or than ``max_frames``, is
+    discarded while its frames are counted, before any object is built (see
+    :func:`receive_bounded`). Such messages, and malformed or truncated ones, are dropped, counted
+    in :attr:`rejected` and logged (one by one up to ``REJECTION_LOG_BURST`` per
+    ``REJECTION_LOG_INTERVAL`` seconds, then summed up); the connection stays up and the messages
+    queued behind them arrive. ZeroMQ's own limit (``zmq.MAXMSGSIZE``) is ``SOCKET_LIMIT_FACTOR``
+    times ``max_bytes`` per frame, so that a hostile frame cannot exhaust memory: a frame above it
+    makes ZeroMQ drop the sender's connection (the sender reconnects). ZeroMQ does not say why a
+    connection ended: every lost connection is counted in :attr:`disconnects`; one whose sender
+    connects again within ``RECONNECT_WINDOW`` seconds (a dropped sender does, after 0.1 s) is
+    logged as a warning, rate-limited like the rejections, since what the sender had queued on
+    it may be lost; one whose sender does not come back (it closed) is logged at INFO.
 
     :meth:`receive` waits for one datapoint with a timeout, for callers that must stay responsive
     (e.g. a TF InputSource thread). ``close()`` (also on garbage collection) closes the socket
@@ -305,7 +356,13 @@ class RemoteDataZMQ(DataFlow):
         self.max_bytes = max_bytes
         self.max_frames = max_frames
         self._rejections = RejectionLog(type(self).__name__)
+        self._drops = RejectionLog(type(self).__name__, "lost a sender's connection",
+                                   "lost {} more senders' connections")
+        self._disconnects = 0
+        self._lost: Deque[Tuple[float, str]] = collections.deque()   # (when, endpoint), sender not back yet
         self._socket: Optional[zmq.Socket] = None
+        self._monitor: Optional[zmq.Socket] = None
+        self._poller = zmq.Poller()
         self._endpoints: List[str] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -316,6 +373,17 @@ class RemoteDataZMQ(DataFlow):
     def rejected(self) -> int:
         """How many messages were dropped as too large, too many frames, malformed or truncated."""
         return self._rejections.count
+
+    @property
+    def disconnects(self) -> int:
+        """How many times a sender's connection was lost: the sender closed it, or ZeroMQ dropped it
+        for a frame above :attr:`socket_limit` (ZeroMQ does not say which)."""
+        return self._disconnects
+
+    @property
+    def socket_limit(self) -> int:
+        """The largest frame ZeroMQ accepts before dropping the connection (``zmq.MAXMSGSIZE``)."""
+        return min(SOCKET_LIMIT_FACTOR * self.max_bytes, (1 << 63) - 1)
 
     @property
     def endpoints(self) -> List[str]:
@@ -331,9 +399,10 @@ class RemoteDataZMQ(DataFlow):
         context = zmq.Context()
         socket = context.socket(zmq.PULL)
         socket.set_hwm(self.hwm)
-        socket.setsockopt(zmq.MAXMSGSIZE, self.max_bytes)
+        socket.setsockopt(zmq.MAXMSGSIZE, self.socket_limit)
+        monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPTED | zmq.EVENT_CONNECTED)
         ipc_paths: List[str] = []
-        self._finalizer = weakref.finalize(self, _close_socket, socket, context, ipc_paths)
+        self._finalizer = weakref.finalize(self, _close_socket, socket, monitor, context, ipc_paths)
         for endpoint in self.addresses:
             if self.bind:
                 socket.bind(endpoint)
@@ -343,14 +412,17 @@ class RemoteDataZMQ(DataFlow):
             else:
                 socket.connect(endpoint)
             self._endpoints.append(endpoint)
-        self._socket = socket
+        self._socket, self._monitor = socket, monitor
+        self._poller.register(socket, zmq.POLLIN)
+        self._poller.register(monitor, zmq.POLLIN)
         logger.info("%s %s %s", type(self).__name__, "listening on" if self.bind else "connected to",
                     ", ".join(self._endpoints))
 
     def receive(self, timeout: float, empty: Any = None) -> Any:
         """One datapoint, or ``empty`` if none came within ``timeout`` seconds, the receiver is
         closed, or the message was rejected (counted in :attr:`rejected`). Pass a sentinel as
-        ``empty`` to tell a sender's ``None`` datapoint from silence.
+        ``empty`` to tell a sender's ``None`` datapoint from silence. Lost connections are
+        counted (:attr:`disconnects`) and logged while it waits.
 
         Example::
 
@@ -362,11 +434,11 @@ class RemoteDataZMQ(DataFlow):
         if self._socket is None:
             raise RuntimeError("{}: call reset_state() before receiving".format(type(self).__name__))
         with self._lock:
-            if self._closed.is_set() or not self._socket.poll(int(timeout * 1000)):
+            if self._closed.is_set() or not self._wait_for_message(timeout):
                 return empty
             try:
                 frames = receive_bounded(self._socket, self.max_frames, self.max_bytes)
-            except MessageRejected as err:
+            except serialize.WireFormatError as err:
                 self._rejections.record(err)
                 return empty
         try:
@@ -374,6 +446,37 @@ class RemoteDataZMQ(DataFlow):
         except serialize.WireFormatError as err:
             self._rejections.record(err)
             return empty
+
+    def _wait_for_message(self, timeout: float) -> bool:
+        """Whether a message is ready within ``timeout`` seconds; notes lost connections meanwhile."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ready = dict(self._poller.poll(max(0, int((deadline - time.monotonic()) * 1000))))
+            if self._monitor in ready or self._lost:
+                self._note_connection_events()
+            if self._socket in ready:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+
+    def _note_connection_events(self) -> None:
+        """Count lost connections; a sender that connects again soon after was dropped (warned about)."""
+        assert self._monitor is not None
+        while self._monitor.poll(0):
+            event = recv_monitor_message(self._monitor)
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                self._disconnects += 1
+                self._lost.append((time.monotonic(), event["endpoint"].decode(errors="replace")))
+            elif self._lost:          # a sender connected (again)
+                _, endpoint = self._lost.popleft()
+                self._drops.record(
+                    "on {}, and the sender connected again: ZeroMQ drops the connection of a sender that sends a "
+                    "frame above the socket limit of {} bytes ({} x max_bytes); datapoints the sender had queued "
+                    "on it may be lost".format(endpoint, self.socket_limit, SOCKET_LIMIT_FACTOR))
+        while self._lost and time.monotonic() - self._lost[0][0] >= RECONNECT_WINDOW:
+            _, endpoint = self._lost.popleft()
+            logger.info("%s: a sender on %s closed its connection (%d connections lost so far)",
+                        type(self).__name__, endpoint, self._disconnects)
 
     def __iter__(self) -> Iterator[Any]:
         nothing = object()
@@ -392,6 +495,7 @@ class RemoteDataZMQ(DataFlow):
         """Close the socket (safe from another thread) and remove ipc:// socket files."""
         self._closed.set()
         self._rejections.flush()
+        self._drops.flush()
         if self._finalizer is not None:
             with self._lock:
                 self._finalizer()

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..dataflow.remote import RemoteDataZMQ
+from ..utils import serialize
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.logger import get_logger
 from .errors import InputSourceError
@@ -38,9 +39,11 @@ _NOTHING = object()     # receive() got nothing within its timeout
 class ZMQInput(QueueInput):
     """Receive datapoints on ``end_point`` (a ZeroMQ PULL socket; binds unless ``bind=False``)
     and enqueue them like :class:`QueueInput`. At most ``hwm`` datapoints wait in the socket.
-    Pure Python, no custom op; messages are data (no pickle), size-limited, and an address
-    without a host means 127.0.0.1, all as in :class:`RemoteDataZMQ`. The stream is endless;
-    ``close()`` closes the socket.
+    Pure Python, no custom op; messages are data (no pickle), size-limited (``max_bytes`` in all
+    frames, ``max_frames`` array frames), and an address without a host means 127.0.0.1, all as in
+    :class:`RemoteDataZMQ`: a message over the limits is dropped and counted in :attr:`rejected`
+    while the connection stays up, and a lost sender connection is counted in
+    :attr:`disconnects` and logged. The stream is endless; ``close()`` closes the socket.
 
     A datapoint that does not fit the input signature, or is None, is dropped and counted in
     :attr:`rejected` (with the malformed messages the socket dropped), with a warning at most
@@ -61,12 +64,14 @@ class ZMQInput(QueueInput):
     """
 
     def __init__(self, end_point: Union[str, int], hwm: int, bind: bool = True, *,
-                 timeout: Optional[float] = None, warn_after: float = 60.0):
+                 timeout: Optional[float] = None, warn_after: float = 60.0,
+                 max_bytes: int = serialize.DEFAULT_MAX_MESSAGE_BYTES,
+                 max_frames: int = serialize.DEFAULT_MAX_FRAMES):
         if timeout is not None and timeout <= 0:
             raise ValueError("ZMQInput: timeout must be a positive number of seconds or None, got {!r}".format(timeout))
         if warn_after <= 0:
             raise ValueError("ZMQInput: warn_after must be a positive number of seconds, got {!r}".format(warn_after))
-        super().__init__(RemoteDataZMQ(end_point, hwm=hwm, bind=bind))
+        super().__init__(RemoteDataZMQ(end_point, hwm=hwm, bind=bind, max_bytes=max_bytes, max_frames=max_frames))
         self.end_point = end_point
         self.timeout = timeout
         self.warn_after = warn_after
@@ -85,6 +90,11 @@ class ZMQInput(QueueInput):
     def rejected(self) -> int:
         """Datapoints dropped so far: those not fitting the signature or None, and malformed messages."""
         return self._rejected + int(getattr(self.ds, "rejected", 0))
+
+    @property
+    def disconnects(self) -> int:
+        """Sender connections lost so far (see :attr:`RemoteDataZMQ.disconnects`)."""
+        return self.ds.disconnects
 
     def _receiver(self) -> Callable[[float], Any]:
         """``receive(timeout)`` returning ``_NOTHING`` when nothing came, so a None datapoint is
