@@ -84,7 +84,7 @@ def _running(pid: int) -> bool:
         return True
 
 
-class DataFlowProcess(mp.Process):  # type: ignore[misc,valid-type]  (mp.Process is a context's class)
+class DataFlowProcess(mp.Process):
     """The producer process of :func:`dump_dataflow_to_process_queue`: a ``multiprocessing.Process``
     (daemonic: it ends with the program) that runs as inputpipe's workers do and fills the queue
     once started.

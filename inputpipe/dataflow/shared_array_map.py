@@ -73,9 +73,10 @@ class _MapComponent:
         if result.shape != self.shape or result.dtype != self.dtype:
             raise ValueError("{}: map_func returned an array of shape {} and dtype {} for component {!r}; expected "
                              "{}".format(_OWNER, result.shape, result.dtype, self.index, self._expected()))
+        mapped: Any
         if isinstance(dp, tuple):
             mapped = list(dp)
-            mapped[self.index] = result                     # type: ignore[index]
+            mapped[self.index] = result
             return tuple(mapped)
         mapped = copy.copy(dp)
         mapped[self.index] = result

@@ -127,7 +127,7 @@ def _allow_children() -> None:
     mp.current_process().daemon = False
 
 
-def _worker_main(target: Callable, rank: int, args: Sequence[Any], parent_pid: int,
+def _worker_main(target: Callable, rank: int, args: Sequence[Any], parent_pid: Optional[int],
                  death_signal: bool, global_seed: Optional[int]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if death_signal:
