@@ -1,6 +1,7 @@
-"""Every public name of tensorpack 0.11's data code exists in inputpipe under the same module path,
-so migrating is changing the import. The lists are copies of tensorpack 0.11's names (its
-``__all__``, or ``dir()`` without modules and helpers for packages)."""
+"""tensorpack 0.11's exported names (its ``__all__``, or ``dir()`` without modules and helpers for
+packages) exist in inputpipe under the same module path, so migrating is changing the import, and
+``from X import *`` gives them. The lists are copies of those names. The names tensorpack's modules
+have outside ``__all__`` are checked by tests/test_tensorpack_module_names.py."""
 import importlib
 
 import pytest
