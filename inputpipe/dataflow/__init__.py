@@ -21,6 +21,7 @@ from .remote import *  # noqa: F401,F403
 from .serialize import *  # noqa: F401,F403
 from .format import *  # noqa: F401,F403
 from .image import *  # noqa: F401,F403
+from .image_crops import *  # noqa: F401,F403
 from .profiling import profile, ProfileReport, StageProfile  # noqa: F401
 
 _SUBPACKAGES = ("imgaug", "dataset")

@@ -99,7 +99,7 @@ class EncodedImage:
 
     def __init__(self, data: Any, component: str = "imgaug", grey: bool = False):
         if isinstance(data, np.ndarray):
-            data = data.tobytes() if not data.flags.c_contiguous else memoryview(data).cast("B")
+            data = data.tobytes()
         self.data = bytes(data) if not isinstance(data, bytes) else data
         self.component = component
         self.grey = grey

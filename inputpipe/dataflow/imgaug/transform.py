@@ -96,7 +96,7 @@ class Transform(BaseTransform):
         super().__init_subclass__(**kwargs)
         method = cls.__dict__.get("apply_image")
         if inspect.isfunction(method):
-            cls.apply_image = _decoding_first(method)  # type: ignore[method-assign]
+            setattr(cls, "apply_image", _decoding_first(method))
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("apply_"):
