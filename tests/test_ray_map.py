@@ -4,8 +4,10 @@ The first test starts and stops a Ray instance of its own (a flow with no Ray to
 and its close() shuts it down). The others share ONE instance started by a module fixture and
 shut down at the end of the module; flows join it and leave it running.
 """
+import ipaddress
 import os
 import signal
+import stat
 import time
 
 import numpy as np
@@ -77,18 +79,63 @@ def _wait_gone(pids, seconds):
     return [pid for pid in pids if _alive(pid)]
 
 
+#: Servers of the local instance that Ray (2.60) gives no way to keep on loopback: none.
+NOT_NARROWABLE = ()
+
+
+def _listening_sockets_of_the_instance():
+    """(process name, address) of every listening socket of this process (the driver) and of the
+    Ray processes under it."""
+    found = []
+    for process in [psutil.Process()] + psutil.Process().children(recursive=True):
+        try:
+            name = process.name()
+            connections = process.net_connections(kind="inet")
+        except psutil.NoSuchProcess:
+            continue
+        found += [(name, c.laddr) for c in connections if c.status == psutil.CONN_LISTEN]
+    return found
+
+
+def _is_loopback(ip):
+    address = ipaddress.ip_address(ip.split("%")[0])
+    return address.is_loopback or getattr(address, "ipv4_mapped", None) is not None and address.ipv4_mapped.is_loopback
+
+
+def _assert_reachable_from_this_machine_only_with_private_files():
+    listening = _listening_sockets_of_the_instance()
+    names = {name for name, _ in listening}
+    assert {"gcs_server", "raylet"} <= names, listening
+    exposed = [(name, address) for name, address in listening
+               if not _is_loopback(address.ip) and name not in NOT_NARROWABLE]
+    assert exposed == [], "listening beyond this machine: {}".format(exposed)
+    # Ray makes its own directories 0777; the instance's temp directory is inside one of ours, 0700
+    session_dir = ray._private.worker._global_node.get_session_dir_path()
+    private = os.path.dirname(os.path.dirname(session_dir))
+    assert os.path.basename(private) == "inputpipe-ray-{}".format(os.getuid()), session_dir
+    status = os.lstat(private)
+    assert stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid() and stat.S_IMODE(status.st_mode) == 0o700
+    token = os.path.expanduser("~/.ray/auth_token")
+    if os.path.exists(token):                        # Ray >= 2.5x: token authentication
+        assert stat.S_IMODE(os.stat(token).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(token)).st_mode) == 0o700
+
+
 @pytest.mark.timeout(90)
 def test_a_flow_that_started_ray_shuts_it_down_on_close_and_leaves_no_process():
     assert not ray.is_initialized()
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     df = RayMapData(Indexed(20), 1, square_with_array, strict=True)
-    df.reset_state()
-    assert ray.is_initialized()
-    assert ray.cluster_resources()["CPU"] == os.cpu_count()
-    ray_processes = {p.pid for p in psutil.Process().children(recursive=True)} - before
-    assert ray_processes, "the local instance runs in child processes of this one"
-    assert [dp[0] for dp in df] == expected_squares(20)
-    df.close()
+    try:
+        df.reset_state()
+        assert ray.is_initialized()
+        assert ray.cluster_resources()["CPU"] == os.cpu_count()
+        ray_processes = {p.pid for p in psutil.Process().children(recursive=True)} - before
+        assert ray_processes, "the local instance runs in child processes of this one"
+        assert [dp[0] for dp in df] == expected_squares(20)
+        _assert_reachable_from_this_machine_only_with_private_files()     # the instance a flow starts itself
+    finally:
+        df.close()
     assert not ray.is_initialized()
     assert _wait_gone(ray_processes, 10) == []
 
@@ -107,6 +154,18 @@ def ray_instance():
         time.sleep(0.25)
     yield
     ray.shutdown()
+
+
+def test_the_local_instance_listens_on_loopback_only_and_keeps_its_files_private(ray_instance):
+    # Ray alone (2.60) listens on 7 ports of every interface (GCS, raylet, object manager, the core
+    # workers of the driver and of each actor) and its runtime-env agent on the network address;
+    # its session files sit in world-writable directories and its token file is 0644.
+    df = RayMapData(Indexed(10), 2, slow_identity, strict=True)
+    df.reset_state()
+    with df:
+        assert [dp[0] for dp in df] == list(range(10))         # the actors' servers are up too
+        assert sum(name == "ray::RayWorker" for name, _ in _listening_sockets_of_the_instance()) >= 2
+        _assert_reachable_from_this_machine_only_with_private_files()
 
 
 @pytest.mark.parametrize("num_actors", [1, 2])

@@ -1,9 +1,12 @@
 """Ray is an optional extra: inputpipe.dataflow never imports it, and a missing Ray is one clear
-line. Also: a script interrupted by Ctrl-C in the middle of an epoch leaves no Ray process behind."""
+line. Also: a script interrupted by Ctrl-C in the middle of an epoch, or while the local instance
+starts, leaves no Ray process behind."""
 import os
+import queue
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import psutil
@@ -74,3 +77,91 @@ def test_ctrl_c_mid_epoch_leaves_no_ray_process_behind(tmp_path):
     assert not left, "still running after Ctrl-C: {}".format(
         [(p, psutil.Process(p).name()) for p in left if psutil.pid_exists(p)])
     assert os.getpid() not in pids
+
+
+_INTERRUPTED_START_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, time
+    import psutil
+    import ray._private.services, ray._private.worker
+    from inputpipe.dataflow import DataFromList
+    from inputpipe.dataflow.ray import RayMapData
+
+    module, name = {"raylet started": (ray._private.services, "start_raylet"),
+                    "driver connected": (ray._private.worker, "connect")}[sys.argv[1]]
+    real = getattr(module, name)
+
+    def then_ctrl_c(*args, **kwargs):
+        result = real(*args, **kwargs)
+        print("started:", " ".join(sorted(p.name() for p in psutil.Process().children(recursive=True))), flush=True)
+        os.kill(os.getpid(), signal.SIGINT)       # Ctrl-C while ray.init is still running
+        time.sleep(5)
+        return result
+
+    setattr(module, name, then_ctrl_c)
+    df = RayMapData(DataFromList([[i] for i in range(10)], shuffle=False), 1, abs)
+    try:
+        df.reset_state()
+        print("not interrupted", flush=True)
+    except KeyboardInterrupt as err:
+        sys.last_traceback = err.__traceback__      # kept, as an interactive session (a notebook) keeps it
+        print("interrupted", flush=True)
+    sys.stdin.readline()        # goes on after Ctrl-C until told
+""")
+
+
+def _processes_in_group(group):
+    """Live processes of process group ``group``: the script runs in a session of its own, and every
+    process of its Ray instance (GCS, raylet, agents, workers) stays in its group."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == group and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, ProcessLookupError):
+            continue
+    return found
+
+
+def _kill(processes):
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(processes, timeout=2)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("moment", ["raylet started", "driver connected"])
+def test_ctrl_c_while_the_local_instance_starts_stops_every_ray_process_at_once(tmp_path, moment):
+    # Before: Ray's processes (the GCS, the raylet and its agents) ran on while the interrupted
+    # process lived, and the agents about a minute longer after it exited.
+    pytest.importorskip("ray", reason='Ray is an optional extra: pip install "inputpipe[ray]"')
+    script = tmp_path / "interrupted_start.py"
+    script.write_text(_INTERRUPTED_START_SCRIPT)
+    log = tmp_path / "stderr.txt"
+    with open(str(log), "w") as stderr:
+        proc = subprocess.Popen([sys.executable, str(script), moment], cwd=str(tmp_path), text=True,
+                                start_new_session=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+    lines = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], name="test-reader")
+    reader.start()
+    try:
+        started = lines.get(timeout=90).split()
+        assert started[0] == "started:" and "gcs_server" in started and "raylet" in started, (started, log.read_text())
+        assert lines.get(timeout=30) == "interrupted\n", log.read_text()[-3000:]
+        stop_deadline = time.monotonic() + 5
+        left = _processes_in_group(proc.pid)
+        while time.monotonic() < stop_deadline and [p for p in left if p.pid != proc.pid]:
+            time.sleep(0.1)
+            left = _processes_in_group(proc.pid)
+        assert [p.pid for p in left] == [proc.pid], "still running after Ctrl-C: {}".format(
+            [(p.pid, p.name()) for p in left if p.pid != proc.pid])
+    finally:
+        # never leave Ray processes, also when failing (they hold the script's pipes too)
+        proc.kill()
+        _kill(_processes_in_group(proc.pid))
+        proc.wait(timeout=30)
+        reader.join(timeout=30)
+        proc.stdout.close()
+        proc.stdin.close()

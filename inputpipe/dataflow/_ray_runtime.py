@@ -3,9 +3,10 @@
 - :func:`import_ray` imports the real ``ray`` package lazily (through importlib, so this package's
   own ``ray`` module never shadows it) with a one-line error naming the extra when it is missing.
 - :func:`acquire` / :func:`release`: a flow connects to Ray when it starts. With no address and no
-  Ray in this process it starts a local instance sized to this machine and shuts it down when the
-  last flow that needed it closes; an instance that was already there (``ray.init`` by the user,
-  :func:`start_local_ray`, a cluster) is joined and left running.
+  Ray in this process it starts a local instance sized to this machine (on loopback, its files
+  private, shut down again if the start is interrupted: :mod:`._ray_local`) and shuts it down when
+  the last flow that needed it closes; an instance that was already there (``ray.init`` by the
+  user, :func:`start_local_ray`, a cluster) is joined and left running.
 - :class:`ActorPool`: ``num_actors`` restartable actors running :class:`RayWorker`, calls on them
   by rank, and each finished call classified as a result, a failure of the user's function (with
   its traceback) or a lost call (the actor or its node died; the caller sends it again).
@@ -24,6 +25,7 @@ from ..utils.concurrency import POLL_INTERVAL
 from ..utils.errors import WorkerError, exception_type_named, worker_error_class
 from ..utils.logger import get_logger
 from ..utils.seeding import enter_worker, get_global_seed
+from ._ray_local import start_local_instance
 
 logger = get_logger(__name__)
 
@@ -73,8 +75,10 @@ def _local_init_options(**overrides: Any) -> Dict[str, Any]:
 
 def start_local_ray(**init_options: Any) -> None:
     """Start the local Ray instance a flow would start (sized to this machine, no dashboard,
-    quiet logs), owned by the caller: flows made later join it and leave it running, so several
-    flows and epochs share one instance. Stop it with ``ray.shutdown()``.
+    quiet logs, listening on 127.0.0.1 only, its files private to the user), owned by the caller:
+    flows made later join it and leave it running, so several flows and epochs share one
+    instance. Stop it with ``ray.shutdown()``. An exception or Ctrl-C during the start leaves no
+    Ray process behind.
 
     ``init_options`` override the defaults given to ``ray.init`` (e.g. ``num_cpus=2``).
 
@@ -87,7 +91,7 @@ def start_local_ray(**init_options: Any) -> None:
     ray = import_ray("start_local_ray")
     if ray.is_initialized():
         raise RuntimeError("start_local_ray: Ray is already initialized in this process")
-    ray.init(**_local_init_options(**init_options))
+    start_local_instance(ray, _local_init_options(**init_options))
 
 
 class _Connection:
@@ -112,7 +116,7 @@ def acquire(owner: str, address: Optional[str]) -> Tuple[Any, bool]:
         if address is None:
             logger.info("%s: starting a local Ray instance (%d CPUs, %.1f GiB object store)", owner,
                         os.cpu_count() or 1, local_object_store_bytes() / _GiB)
-            ray.init(**_local_init_options())
+            start_local_instance(ray, _local_init_options())
         else:
             logger.info("%s: connecting to the Ray cluster at %s", owner, address)
             ray.init(address=address, logging_level=logging.WARNING)
