@@ -1,6 +1,7 @@
 """Ray is an optional extra: inputpipe.dataflow never imports it, and a missing Ray is one clear
 line. Also: a script interrupted by Ctrl-C in the middle of an epoch, or while the local instance
 starts, leaves no Ray process behind."""
+import logging
 import os
 import queue
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import textwrap
 import threading
 import time
+import types
 
 import psutil
 import pytest
@@ -165,3 +167,19 @@ def test_ctrl_c_while_the_local_instance_starts_stops_every_ray_process_at_once(
         reader.join(timeout=30)
         proc.stdout.close()
         proc.stdin.close()
+
+
+def test_a_local_instance_started_on_a_network_address_is_warned_about_once(caplog, monkeypatch):
+    # where a Ray cannot be kept on 127.0.0.1, the start says so (once per process); no Ray needed
+    from inputpipe.dataflow import _ray_local
+
+    monkeypatch.setattr(_ray_local._Started, "warned_reachable", False)
+    fake_ray = types.SimpleNamespace(__version__="9.9.9")
+    with caplog.at_level(logging.WARNING, logger="inputpipe"):
+        _ray_local._warn_if_reachable(fake_ray, "127.0.0.1")
+        _ray_local._warn_if_reachable(fake_ray, "::1")
+        _ray_local._warn_if_reachable(fake_ray, "192.0.2.7")
+        _ray_local._warn_if_reachable(fake_ray, "192.0.2.7")
+    assert [r.getMessage() for r in caplog.records] == [
+        "the local Ray instance listens on 192.0.2.7, reachable from other machines: this Ray (9.9.9) could not "
+        "be started on 127.0.0.1 (see docs/scaling_out.md); its token authentication, when on, still guards it"]
