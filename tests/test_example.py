@@ -141,8 +141,8 @@ def test_a_corrupt_lmdb_file_gives_one_clear_error_line(tmp_path):
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = error_lines(proc)
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error: LMDBSerializer.load({!r}): cannot open {} as an LMDB file".format(
-        str(bad), bad))
+    assert lines[0].startswith("error: LMDBSerializer.load({!r}): {} is not an LMDB file, or truncated: page 0 "
+                               "(byte 0) is not an LMDB meta page".format(str(bad), bad))
     assert "summary" not in proc.stdout
 
 

@@ -98,7 +98,7 @@ def test_a_runner_of_a_map_of_a_map_yields_each_datapoint_once_per_epoch_from_gr
             leaves = {dp[1] for dp in epoch} | {dp[2] for dp in epoch}
             # the maps' workers are children of the runner's worker, not of this process
             assert len(leaves) == 4 and {psutil.Process(pid).ppid() for pid in leaves} == {runner_worker}
-            tree = tree_of(os.getpid())
+            tree = {runner_worker} | tree_of(runner_worker)
     finally:
         started = time.monotonic()
         df.close()
@@ -187,8 +187,8 @@ def test_a_killed_middle_worker_is_reported_at_once_while_its_children_live_and_
         for _ in range(10):
             next(it)
         middle, = df.worker_pids
-        tree = tree_of(os.getpid())
         leaves = tree_of(middle)
+        tree = {middle} | leaves
         assert len(leaves) == 4
         os.kill(middle, signal.SIGKILL)
         killed = time.monotonic()
@@ -213,7 +213,7 @@ def test_a_killed_leaf_is_reported_through_the_middle_with_its_signal():
         it = iter(df)
         next(it)
         middle, = df.worker_pids
-        tree = tree_of(os.getpid())
+        tree = {middle} | tree_of(middle)
         leaf = sorted(tree_of(middle))[0]
         os.kill(leaf, signal.SIGKILL)
         with pytest.raises(WorkerError) as caught:
