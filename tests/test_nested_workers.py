@@ -10,7 +10,6 @@ import gc
 import json
 import os
 import signal
-import sys
 import textwrap
 import time
 
@@ -91,7 +90,7 @@ def test_a_runner_of_a_map_of_a_map_yields_each_datapoint_once_per_epoch_from_gr
         for _ in range(3):
             epoch = list(df)
             assert sorted(dp[0] for dp in epoch) == [2 * i + 1 for i in range(24)]
-            for value, leaf_pid, middle_pid, array in epoch:
+            for value, _, _, array in epoch:
                 assert array.shape == (1 << 16,) and array.dtype == np.uint8
                 assert int(array[0]) == (value - 1) // 2 % 251 and int(array[-1]) == int(array[0])
             runner_worker, = df.worker_pids

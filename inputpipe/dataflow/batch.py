@@ -10,7 +10,7 @@ Example::
 import itertools
 import operator
 from collections import deque
-from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from .base import (
     empty_passes_mean_stuck, empty_passes_text, get_length, is_resumable, raise_if_stopping,
 )
 
-__all__ = ["BatchData", "BatchDataByShape"]
+__all__ = ["BatchData", "BatchDataByShape", "BatchBuilder"]
 
 _LIST_AND_TUPLE = frozenset((list, tuple))
 _PYTHON_NUMBER_DTYPES = (np.dtype(bool), np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.complex128))
@@ -315,6 +315,73 @@ class BatchData(ProxyDataFlow):
         if not data_holder:
             raise ValueError("BatchData.aggregate_batch: got no datapoints")
         return _aggregate(list(data_holder), use_list)
+
+
+class BatchBuilder:
+    """Assemble one batch datapoint by datapoint: large numpy components are copied into the
+    batch's (64-byte aligned) arrays as each datapoint arrives, while it is still in the CPU's
+    caches; the rest is batched at the end. :meth:`batch` equals
+    ``BatchData.aggregate_batch(datapoints)`` (the same values, dtypes and errors): a datapoint that
+    does not fit the first one's layout makes it fall back to that.
+
+    Assembling a batch of images after the last one is made reads every image back from memory;
+    the parallel map-and-batch workers build their batches this way instead.
+
+    Example::
+
+        builder = BatchBuilder(64)
+        for image, label in results:
+            builder.add([image, label])
+        batch = builder.batch()               # [uint8 (n, h, w, 3), int64 (n,)], or None
+    """
+
+    #: Components of at least this many bytes are copied as they arrive.
+    EAGER_BYTES = 4096
+
+    def __init__(self, capacity: int, allocate: Callable[[Tuple[int, ...], np.dtype], np.ndarray] = aligned_empty):
+        self.capacity = int(capacity)
+        self._allocate = allocate       # makes the batch's arrays (a worker's: in its shared memory)
+        self._held: List[Any] = []
+        self._arrays: Optional[List[Optional[np.ndarray]]] = None     # None: batch the held ones at the end
+
+    def add(self, dp: Any) -> None:
+        """Add the next datapoint (at most ``capacity``)."""
+        count = len(self._held)
+        if count >= self.capacity:
+            raise ValueError("BatchBuilder: the batch already has its {} datapoints".format(self.capacity))
+        self._held.append(dp)
+        if count == 0:
+            self._arrays = self._layout(dp)
+        arrays = self._arrays
+        if arrays is None:
+            return
+        if type(dp) not in _LIST_AND_TUPLE or len(dp) != len(arrays):
+            self._arrays = None
+            return
+        for array, value in zip(arrays, dp):
+            if array is not None:
+                if type(value) is not np.ndarray or value.shape != array.shape[1:] or value.dtype != array.dtype:
+                    self._arrays = None         # BatchData's rules decide (a cast, or the error)
+                    return
+                array[count] = value
+
+    def _layout(self, dp: Any) -> Optional[List[Optional[np.ndarray]]]:
+        if type(dp) not in _LIST_AND_TUPLE:
+            return None
+        arrays = [self._allocate((self.capacity,) + value.shape, value.dtype)
+                  if type(value) is np.ndarray and value.nbytes >= self.EAGER_BYTES else None for value in dp]
+        return arrays if any(array is not None for array in arrays) else None
+
+    def batch(self) -> Optional[Union[List[Any], Dict[Any, Any]]]:
+        """The batch of the datapoints added (None when there are none)."""
+        held = self._held
+        if not held:
+            return None
+        if self._arrays is None:
+            return _aggregate(held, False)
+        count = len(held)
+        return [array[:count] if array is not None else _batch_component([dp[k] for dp in held], k)
+                for k, array in enumerate(self._arrays)]
 
 
 class BatchDataByShape(BatchData):

@@ -184,15 +184,18 @@ def check_image_file(component: str, path: str) -> None:
     _refuse_above_the_limit(component, path, size)
 
 
-def check_image_bytes(component: str, data: Union[bytes, bytearray, memoryview, np.ndarray]) -> None:
+def check_image_bytes(component: str, data: Union[bytes, bytearray, memoryview, np.ndarray]
+                      ) -> Optional[Tuple[int, int]]:
     """As :func:`check_image_file`, for encoded bytes about to be decoded (``cv2.imdecode``), e.g. in
-    your own map function over an LMDB of JPEGs.
+    your own map function over an LMDB of JPEGs. Returns the declared ``(width, height)`` (None
+    when the header does not say).
 
     Example::
 
         check_image_bytes("decode", jpeg_bytes)
         image = cv2.imdecode(np.frombuffer(jpeg_bytes, np.uint8), cv2.IMREAD_COLOR)
     """
+    size = declared_image_size(data)
     if MAX_IMAGE_PIXELS is not None:
-        _refuse_above_the_limit(component, "an encoded image of {} bytes".format(_bytes_view(data).nbytes),
-                                declared_image_size(data))
+        _refuse_above_the_limit(component, "an encoded image of {} bytes".format(_bytes_view(data).nbytes), size)
+    return size

@@ -36,7 +36,7 @@ from ._map_position import MapPosition, checked_map_state
 from ._state import StatePlan, check_input_state
 from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, empty_passes_mean_stuck,
                    empty_passes_text, get_length, raise_if_stopping)
-from .common import BatchData
+from .batch import BatchBuilder
 from .parallel import _check_positive, _stop_threads
 # tensorpack's dataflow.parallel_map also has these (outside __all__): scripts import them from here
 from .common import RepeatedData  # noqa: F401
@@ -360,21 +360,22 @@ class _ParallelMapBase(ProxyDataFlow):
 
 
 def _apply(map_func: Callable, batch_size: Optional[int], task: Any, ticket: List[int],
-           reseed_global: bool) -> Any:
+           reseed_global: bool, allocate: Optional[Callable[..., np.ndarray]] = None) -> Any:
     """Map one task, each datapoint in its own :func:`~inputpipe.utils.seeding.datapoint_context`
     seeded from ``ticket = [key, base_seed, epoch, index of the task's first datapoint]``;
-    ``reseed_global`` (process workers) also reseeds numpy's and Python's global RNGs."""
+    ``reseed_global`` (process workers) also reseeds numpy's and Python's global RNGs. A batch is
+    built as the results come, in arrays from ``allocate`` (a worker's shared memory)."""
     _, base_seed, epoch, index = ticket
     if batch_size is None:
         with datapoint_context(derive_seed(base_seed, epoch, index), reseed_global):
             return map_func(task)
-    mapped = []
+    builder = BatchBuilder(len(task)) if allocate is None else BatchBuilder(len(task), allocate)
     for offset, dp in enumerate(task):
         with datapoint_context(derive_seed(base_seed, epoch, index + offset), reseed_global):
             result = map_func(dp)
         if result is not None:
-            mapped.append(result)
-    return BatchData.aggregate_batch(mapped) if mapped else None
+            builder.add(result)
+    return builder.batch()
 
 
 # ------------------------------------------------------------------------------------- threads
@@ -502,7 +503,7 @@ def _serve_map(rank: int, end, map_func: Callable, batch_size: Optional[int]) ->
         if command is not None:
             started = time.perf_counter()
             generation, ticket, task = command
-            result = _apply(map_func, batch_size, task, ticket, reseed_global=True)
+            result = _apply(map_func, batch_size, task, ticket, reseed_global=True, allocate=end.shared_empty)
             end.count_work(time.perf_counter() - started, 1)
             sending = time.perf_counter()
             end.send_datapoint([generation, ticket, result])

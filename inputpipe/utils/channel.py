@@ -61,12 +61,13 @@ import queue
 import tempfile
 import time
 import weakref
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import fork_guard, serialize
 from .concurrency import StoppableThread
+from .buffers import aligned_empty
 from .copying import ParallelCopier
 from ._regions import FREE as _FREE, RECEIVED as _RECEIVED, SHM_MIN_BYTES, Regions as _Regions
 from ._regions import aligned as _aligned, table as _table, table_bytes as _table_bytes
@@ -255,6 +256,7 @@ class WorkerEnd:
             self._regions = _Regions(_table(self._mm, self._capacity), self._capacity)
         self._reader: Optional[_CommandReader] = None
         self._copier = ParallelCopier(name="inputpipe-worker-copy")
+        self._prepared: Dict[int, Tuple[int, int]] = {}    # offset in the mapping -> (region id, base)
 
     def count_work(self, seconds: float, items: int = 0) -> None:
         """Add to the work counts that the next message carries to the parent (for profilers:
@@ -332,8 +334,55 @@ class WorkerEnd:
             return None, _NO_SPACE
         return slot, None
 
+    def shared_empty(self, shape: Sequence[int], dtype: Any) -> np.ndarray:
+        """A new, uninitialised C-contiguous array in this worker's shared memory: when it (or a
+        leading part of it, such as ``array[:n]``) is the one array frame of the next datapoint
+        sent, :meth:`send_datapoint` sends it without copying it (e.g. a batch built in place).
+        An ordinary 64-byte aligned array when shared memory is off, has no room, or the array is
+        small. One not sent that way gives its memory back at the next send.
+
+        Example::
+
+            batch = end.shared_empty((64, 224, 224, 3), np.uint8)
+            ...                                   # fill batch[i] as the images come
+            end.send_datapoint([batch, labels])   # the parent maps the same memory
+        """
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        slot = None
+        if self._mm is not None and _uses_shared_memory([nbytes]):
+            slot, _ = self._place(_aligned(nbytes))
+        if slot is None:
+            return aligned_empty(shape, dtype)
+        assert self._mm is not None                     # a slot is only found in shared memory
+        rid, base = slot
+        pos = _table_bytes(self._capacity) + base
+        self._prepared[pos] = (rid, base)
+        return np.frombuffer(self._mm, dtype, nbytes // max(1, dtype.itemsize), pos).reshape(shape)
+
+    def _prepared_slot(self, payload: List[memoryview]) -> Optional[Tuple[int, int]]:
+        """The region of an array from :meth:`shared_empty` that is this datapoint's one frame."""
+        if len(payload) != 1 or not self._prepared or self._mm is None:
+            return None
+        start = np.frombuffer(payload[0], np.uint8).ctypes.data - np.frombuffer(self._mm, np.uint8, 1).ctypes.data
+        return self._prepared.pop(start, None)
+
+    def _release_prepared(self) -> None:
+        """Give back the regions of arrays from :meth:`shared_empty` that were not sent."""
+        if self._prepared:
+            assert self._regions is not None
+            for rid, _ in self._prepared.values():
+                self._regions.cancel(rid)
+            self._prepared.clear()
+
     def send_datapoint(self, obj: Any) -> int:
         """Send one datapoint; returns the number of array bytes it carried in frames."""
+        try:
+            return self._send_datapoint(obj)
+        finally:
+            self._release_prepared()
+
+    def _send_datapoint(self, obj: Any) -> int:
         try:
             whole = serialize.dumps_frames({"k": _INLINE, "v": obj, "b": self.busy_seconds, "n": self.items})
         except TypeError:
@@ -347,9 +396,14 @@ class WorkerEnd:
         lengths = [p.nbytes for p in payload]
         mm = self._mm
         use_shm = mm is not None and _uses_shared_memory(lengths)
-        slot, why = self._place(sum(_aligned(n) for n in lengths)) if use_shm else (None, None)
         control = {"k": _DATA, "h": bytes(frames[0]), "len": lengths, "r": -1, "o": 0,
                    "b": self.busy_seconds, "n": self.items}
+        built_in_place = self._prepared_slot(payload) if use_shm else None
+        if built_in_place is not None:               # already where the parent reads it: no copy
+            control["r"], control["o"] = built_in_place
+            self._send_control(control)
+            return lengths[0]
+        slot, why = self._place(sum(_aligned(n) for n in lengths)) if use_shm else (None, None)
         if slot is None:
             if why is not None:
                 control["why"] = why

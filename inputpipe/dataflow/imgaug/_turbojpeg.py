@@ -126,12 +126,12 @@ class TurboJpeg:
         return TurboJpegError("libjpeg-turbo could not {}: {}".format(
             what, (self._error_text(handle) or b"unknown error").decode("utf-8", "replace")))
 
-    def header(self, data: bytes) -> JpegHeader:
+    def header(self, data: bytes, declared: Optional[Tuple[int, int]] = None) -> JpegHeader:
         """The header of ``data`` (a TurboJpegError when it is no JPEG libjpeg-turbo can read).
 
         libjpeg-turbo reads a header that ends early with only a warning, and then reports the
         previous image's size; the size is therefore checked against the frame header (SOF)
-        found in ``data`` itself."""
+        found in ``data`` itself (``declared``: its ``(width, height)`` when already read)."""
         from ..image_limits import declared_image_size
 
         handle = self._handle()
@@ -141,7 +141,7 @@ class TurboJpeg:
         header = JpegHeader(get(handle, _TJPARAM_JPEGHEIGHT), get(handle, _TJPARAM_JPEGWIDTH),
                             get(handle, _TJPARAM_SUBSAMP), get(handle, _TJPARAM_COLORSPACE),
                             get(handle, _TJPARAM_PRECISION))
-        if declared_image_size(data) != (header.width, header.height):
+        if (declared or declared_image_size(data)) != (header.width, header.height):
             raise TurboJpegError("libjpeg-turbo could not read the JPEG header: the data ends before the frame "
                                  "header or does not match it")
         return header

@@ -141,16 +141,17 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
     def get_transform(self, img: np.ndarray) -> Any:
         h, w = img.shape[:2]
         area = h * w
+        rng = self.rng
         for _ in range(10):
-            target_area = self.rng.uniform(*self.crop_area_fraction) * area
-            aspect = self.rng.uniform(*self.aspect_ratio_range)
+            target_area = rng.uniform(*self.crop_area_fraction) * area
+            aspect = rng.uniform(*self.aspect_ratio_range)
             ww = int(np.sqrt(target_area * aspect) + 0.5)
             hh = int(np.sqrt(target_area / aspect) + 0.5)
-            if self.rng.uniform() < 0.5:
+            if rng.uniform() < 0.5:
                 ww, hh = hh, ww
             if hh <= h and ww <= w:
-                x0 = self.rng.randint(0, w - ww + 1)
-                y0 = self.rng.randint(0, h - hh + 1)
+                x0 = rng.randint(0, w - ww + 1)
+                y0 = rng.randint(0, h - hh + 1)
                 return TransformList([CropTransform(y0, x0, hh, ww),
                                       ResizeTransform(hh, ww, self.target_shape, self.target_shape, self.interp)])
         resize = ResizeShortestEdge(self.target_shape, interp=self.interp).get_transform(img)

@@ -115,7 +115,7 @@ class EncodedImage:
         the whole image is decoded by OpenCV now (for its size)."""
         from ..image_limits import check_image_bytes
 
-        check_image_bytes(self.component, self.data)
+        declared = check_image_bytes(self.component, self.data)
         tj = _turbojpeg.turbojpeg() if self.data.startswith(_JPEG_START) else None
         if tj is None and self.data.startswith(_JPEG_START) and not _warned_no_turbojpeg:
             _warned_no_turbojpeg.append(True)
@@ -124,7 +124,7 @@ class EncodedImage:
                            self.component)
         if tj is not None:
             try:
-                header = tj.header(self.data)
+                header = tj.header(self.data, declared)
             except _turbojpeg.TurboJpegError:
                 header = None
             if header is not None and header.height > 0 and header.width > 0 and header.precision == 8 \
