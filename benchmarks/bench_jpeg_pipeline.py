@@ -5,7 +5,8 @@ side to ``round(crop * 1.25)`` when it differs (the stored sizes below make that
 ``crop x crop`` crop, random horizontal flip, ``(pixel - mean) / std`` in float32; then batches of
 64 (``[64, crop, crop, 3] float32`` images, ``[64] int32`` labels).
 
-- inputpipe, Pillow decode (the example's ``DecodeAndAugment``, ``examples/image_pipeline.py``):
+- inputpipe, the example's ``DecodeAndAugment`` (``examples/image_pipeline.py``: OpenCV and
+  inputpipe's augmentors since 0.3, Pillow before; the rows keep their old ``example`` names):
   ``DataFromList -> MultiProcessMapData -> BatchData`` (the example's pipeline) and
   ``MultiProcessMapAndBatchData`` (batches made inside the workers, as the DataLoader does).
 - inputpipe, OpenCV decode: :class:`CvDecodeAndAugment` (``cv2.imdecode`` of the file bytes,
@@ -75,11 +76,11 @@ MEAN_TOLERANCE = 0.1
 PIXEL_LOW = (0.0 - PIXEL_MEAN) / PIXEL_STD
 PIXEL_HIGH = (255.0 - PIXEL_MEAN) / PIXEL_STD
 
-PIL_MAP_THEN_BATCH = "inputpipe MultiProcessMapData -> BatchData (PIL)"
-PIL_MAP_AND_BATCH = "inputpipe MultiProcessMapAndBatchData (PIL)"
+PIL_MAP_THEN_BATCH = "inputpipe MultiProcessMapData -> BatchData (example)"
+PIL_MAP_AND_BATCH = "inputpipe MultiProcessMapAndBatchData (example)"
 CV_MAP_AND_BATCH = "inputpipe MultiProcessMapAndBatchData (OpenCV)"
 TF_DATA = "tf.data native"
-TORCH = "torch DataLoader (PIL)"
+TORCH = "torch DataLoader (example)"
 INPUTPIPE_ROWS = (PIL_MAP_THEN_BATCH, PIL_MAP_AND_BATCH, CV_MAP_AND_BATCH)
 
 
@@ -411,7 +412,7 @@ def most_colourful_item(items, limit: int = 100):
 
 def verify(pipelines: dict, items, crop: int, procs: int) -> dict:
     """Every pipeline's batch of one file: same layout and labels, values in the normalised
-    range, per-channel means within MEAN_TOLERANCE of the example's Pillow pipeline."""
+    range, per-channel means within MEAN_TOLERANCE of the example's pipeline."""
     item, spread = most_colourful_item(items)
     summaries = {name: pipeline.check([list(item)], crop, procs) for name, pipeline in pipelines.items()}
     reference = summaries[PIL_MAP_AND_BATCH]

@@ -5,8 +5,9 @@
 * :func:`list_image_folder` reads an ImageNet-style folder ``<root>/<class>/*.jpg`` and turns
   every problem (missing path, not a folder, no class folders, no images) into one
   :class:`DatasetError` with a clear message.
-* :class:`DecodeAndAugment` is the map function the workers run: decode with Pillow, resize the
-  shorter side when needed, random crop, random horizontal flip, normalise to float32. A file
+* :class:`DecodeAndAugment` is the map function the workers run: inputpipe's augmentors resize
+  the shorter side when needed, random crop, random horizontal flip (decoding only the crop of
+  larger images), then normalise to float32. A file
   that cannot be decoded raises :class:`CorruptImageError` naming the file, or, with
   ``on_corrupt="skip"``, becomes a marker that :class:`DropCorrupt` (in the consuming process)
   counts, logs and drops.
@@ -24,22 +25,22 @@ Example::
     for batch_images, batch_labels in df:
         ...
 """
-import io
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 import numpy as np
 
+from inputpipe.dataflow import imgaug
+
 try:
-    from PIL import Image, UnidentifiedImageError
+    import cv2  # noqa: F401  (the decoder; imported here so a missing one is said at once)
 except ImportError as err:  # pragma: no cover - depends on the installation
     raise ImportError(
-        "the example's image pipeline needs Pillow: pip install -e \".[image]\" (or pip install pillow)"
-    ) from err
+        "the example's image pipeline needs OpenCV: pip install -e \".[image]\" (or pip install "
+        "opencv-python-headless)") from err
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 #: Per-channel mean and standard deviation used to normalise pixels (ImageNet statistics, 0..255).
@@ -101,38 +102,33 @@ def list_image_folder(root: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -
     return ImageList(os.path.abspath(root), files, labels, class_names)
 
 
-def _decode(source, name: str, draft_size: int) -> Image.Image:
-    """Open a path or encoded bytes (``np.uint8`` array / ``bytes``) as an RGB image."""
+#: Crops at least this large decode only the crop (encoded bytes to the augmentors); smaller
+#: images are decoded whole, which costs less than the per-image bookkeeping of a partial decode.
+FUSED_DECODE_MIN_CROP = 96
+
+
+def _read(source, name: str) -> np.ndarray:
+    """The encoded bytes of a path or of ``np.uint8`` bytes, as a 1-d uint8 array."""
+    if not isinstance(source, str):
+        return np.ascontiguousarray(source, dtype=np.uint8).reshape(-1)
     try:
-        if isinstance(source, str):
-            with open(source, "rb") as f:
-                data = f.read()
-        else:
-            data = bytes(memoryview(np.ascontiguousarray(source)))
-        image = Image.open(io.BytesIO(data))
-        image.draft("RGB", (draft_size, draft_size))  # JPEG: decode at a reduced scale when large
-        return image.convert("RGB")
+        return np.fromfile(source, np.uint8)
     except FileNotFoundError:
         raise DatasetError("image file {} disappeared while training".format(name)) from None
-    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError, ValueError) as err:
-        raise CorruptImageError("corrupt image file {}: {}".format(name, pillow_reason(err))) from None
-
-
-def pillow_reason(err: BaseException) -> str:
-    """Pillow's message without the reprs it embeds (``<_io.BytesIO object at 0x7f...>``)."""
-    reason = re.sub(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>", "", str(err)).strip()
-    return reason or type(err).__name__
 
 
 class DecodeAndAugment:
-    """Map function ``[source, label(, name)] -> [image float32 HxWx3, label int32]``.
+    """Map function ``[source, label(, name)] -> [image float32 HxWx3 RGB, label int32]``.
 
     ``source`` is a file path or the encoded bytes as a ``np.uint8`` array (LMDB records carry a
-    third component, the original path, used in messages). Training augmentation: resize the
-    shorter side to ``round(crop_size * 1.25)`` if it differs, random ``crop_size`` crop,
-    random horizontal flip, then ``(pixel - mean) / std``. Randomness comes from a per-process
-    RNG made by :func:`inputpipe.dataflow.seeding.new_rng`, so worker processes never repeat each
-    other's crops, and ``seeding.set_global_seed`` (``--seed``) makes the crops reproducible.
+    third component, the original path, used in messages). Training augmentation with inputpipe's
+    augmentors: resize the shorter side to ``round(crop_size * 1.25)`` (when it differs), random
+    ``crop_size`` crop, random horizontal flip; then ``(pixel - mean) / std``. From crops of
+    ``FUSED_DECODE_MIN_CROP`` pixels up the augmentors get the encoded bytes and decode only the
+    crop (libjpeg-turbo's partial decode, see ``inputpipe.dataflow.imgaug.encoded``); smaller
+    images are decoded whole with OpenCV. The augmentors' RNGs come from
+    :func:`inputpipe.dataflow.seeding.new_rng` in each process, so worker processes never repeat
+    each other's crops, and ``seeding.set_global_seed`` (``--seed``) makes the crops reproducible.
     ``extra_cost_ms`` makes every image take that much longer (a sleep: it stands for a slow
     read or heavier augmentation without taking a core from the model on a small machine).
 
@@ -152,48 +148,50 @@ class DecodeAndAugment:
         self.resize_to = int(round(self.crop_size * 1.25))
         self.on_corrupt = on_corrupt
         self.training = training
-        self._rng: Optional[np.random.RandomState] = None
-        self._pid: Optional[int] = None
-
-    def _random(self) -> np.random.RandomState:
-        if self._pid != os.getpid():  # first call in this (worker) process
-            from inputpipe.dataflow.seeding import new_rng
-
-            self._rng = new_rng(self)
-            self._pid = os.getpid()
-        return self._rng
+        self.fused = self.crop_size >= FUSED_DECODE_MIN_CROP
+        crop = imgaug.RandomCrop(self.crop_size) if training else imgaug.CenterCrop(self.crop_size)
+        self.augmentors = imgaug.AugmentorList(
+            [_ShorterSideTo(self.resize_to), crop] + ([imgaug.Flip(horiz=True)] if training else []))
 
     def __call__(self, dp):
+        import cv2
+
         source, label = dp[0], dp[1]
         name = dp[2] if len(dp) > 2 else (source if isinstance(source, str) else "encoded image")
         try:
-            image = _decode(source, name, self.resize_to)
-        except CorruptImageError:
+            data = _read(source, name)
+            image = data if self.fused else _decode_whole(cv2, data)
+            pixels = self.augmentors.augment(image)
+        except (ValueError, OSError) as err:      # undecodable, truncated, or declaring too many pixels
             if self.on_corrupt == "fail":
-                raise
+                raise CorruptImageError("corrupt image file {}: {}".format(name, err)) from None
             return [np.frombuffer(str(name).encode("utf-8"), dtype=np.uint8).copy(), np.int32(CORRUPT_LABEL)]
-        pixels = self._augment(image)
+        rgb = cv2.cvtColor(np.ascontiguousarray(pixels), cv2.COLOR_BGR2RGB)
         if self.extra_cost:
             time.sleep(self.extra_cost)
-        return [pixels, np.int32(label)]
+        return [(rgb - PIXEL_MEAN) / PIXEL_STD, np.int32(label)]
 
-    def _augment(self, image: Image.Image) -> np.ndarray:
-        width, height = image.size
-        if min(width, height) != self.resize_to:
-            scale = self.resize_to / min(width, height)
-            new_size = (max(self.resize_to, round(width * scale)), max(self.resize_to, round(height * scale)))
-            image = image.resize(new_size, Image.BILINEAR)
-            width, height = image.size
-        rng = self._random()
-        c = self.crop_size
-        if self.training:
-            left, top = rng.randint(0, width - c + 1), rng.randint(0, height - c + 1)
-        else:
-            left, top = (width - c) // 2, (height - c) // 2
-        pixels = np.asarray(image.crop((left, top, left + c, top + c)), dtype=np.float32)
-        if self.training and rng.rand() < 0.5:
-            pixels = pixels[:, ::-1]
-        return (pixels - PIXEL_MEAN) / PIXEL_STD
+
+def _decode_whole(cv2, data: np.ndarray) -> np.ndarray:
+    from inputpipe.dataflow.image_limits import check_image_bytes
+
+    check_image_bytes("DecodeAndAugment", data)
+    image = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    if image is None:
+        raise ValueError("OpenCV cannot decode these {} bytes as an image (they start with {!r})".format(
+            data.size, data[:8].tobytes()))
+    return image
+
+
+class _ShorterSideTo(imgaug.ResizeShortestEdge):
+    """``ResizeShortestEdge(size)`` when the shorter side differs, nothing otherwise (the stored
+    images of the generated dataset already have it: no resize, and an encoded image stays
+    encoded for the crop)."""
+
+    def get_transform(self, img):
+        if min(img.shape[:2]) == self.size:
+            return imgaug.NoOpTransform()
+        return super().get_transform(img)
 
 
 class DropCorrupt:

@@ -177,17 +177,22 @@ def test_lmdb_without_the_package_names_the_right_extra(tmp_path):
     assert not (tmp_path / "cache").exists()  # refused before generating anything
 
 
-def test_corrupt_image_message_has_the_file_and_pillows_reason_only(tmp_path):
+def test_corrupt_image_message_has_the_file_and_the_decoders_reason_only(tmp_path):
     from image_pipeline import CorruptImageError, DecodeAndAugment
 
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"this is not an image" * 10)
     with pytest.raises(CorruptImageError) as info:
         DecodeAndAugment(16, on_corrupt="fail")([str(bad), 0])
-    assert str(info.value) == "corrupt image file {}: cannot identify image file".format(bad)
+    assert str(info.value) == ("corrupt image file {}: OpenCV cannot decode these 200 bytes as an image (they start "
+                               "with b'this is ')".format(bad))
     with pytest.raises(CorruptImageError) as info:   # encoded bytes (LMDB records) name their path
         DecodeAndAugment(16, on_corrupt="fail")([np.frombuffer(b"junk" * 20, np.uint8), 0, "cat/1.jpg"])
-    assert str(info.value) == "corrupt image file cat/1.jpg: cannot identify image file"
+    assert str(info.value) == ("corrupt image file cat/1.jpg: OpenCV cannot decode these 80 bytes as an image (they "
+                               "start with b'junkjunk')")
+    with pytest.raises(CorruptImageError) as info:   # a crop of 96 px and more decodes only the crop
+        DecodeAndAugment(96, on_corrupt="fail")([np.frombuffer(b"\xff\xd8\xff" + b"junk" * 20, np.uint8), 0, "x.jpg"])
+    assert str(info.value).startswith("corrupt image file x.jpg: ")
     assert " at 0x" not in str(info.value)
 
 

@@ -22,7 +22,7 @@ Example::
                   tf.TensorSpec([None], tf.int64, "label")])
     image, label = source.get_input_tensors()
 """
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -35,35 +35,49 @@ __all__ = ["JpegDecodeInput"]
 _RATIOS = (1, 2, 4, 8)
 
 
-def _decode_one(jpeg: tf.Tensor, crop: tf.Tensor, size: List[int], bgr: bool, dct_method: str) -> tf.Tensor:
-    """One planned crop: decode its window at the largest ratio that keeps it at least the
-    output size, resize it (bilinear, pixel centres as OpenCV's), mirror it when planned."""
-    y, x, h, w, flip = crop[0], crop[1], crop[2], crop[3], crop[6]
-    ratio_index = tf.constant(0)
-    for i, ratio in enumerate(_RATIOS[1:], start=1):
-        fits = tf.logical_and(h >= ratio * size[0], w >= ratio * size[1])
-        ratio_index = tf.where(fits, i, ratio_index)
-
-    def decode_at(ratio: int):
-        def decode() -> tf.Tensor:
-            if ratio == 1:
-                window = tf.stack([y, x, h, w])
-                image = tf.io.decode_and_crop_jpeg(jpeg, window, channels=3, dct_method=dct_method)
-                return tf.image.resize(image, size, method="bilinear")
-            # the decoded rows and columns start at the window's scaled corner rounded down: sample
-            # the scaled window itself, sub-pixel exact (it is at least the output size here)
+def _decode_at(ratio: int, size: List[int], bgr: bool, dct_method: str) -> Callable[[Tuple[tf.Tensor, tf.Tensor]],
+                                                                                    tf.Tensor]:
+    """Decode one planned window at ``1/ratio``, resize it (bilinear, pixel centres as OpenCV's),
+    mirror it when planned and put it in BGR order: uint8 ``size + [3]``, everything per image
+    (while it is in the CPU's caches)."""
+    def decode(args: Tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+        jpeg, crop = args
+        y, x, h, w = crop[0], crop[1], crop[2], crop[3]
+        if ratio == 1:
+            image = tf.io.decode_and_crop_jpeg(jpeg, tf.stack([y, x, h, w]), channels=3, dct_method=dct_method)
+            resized = tf.image.resize(image, size, method="bilinear")
+        else:
+            # the decoded rows and columns start at the window's scaled corner rounded down:
+            # sample the scaled window itself, sub-pixel exact (it is at least the output size)
             top, left = y // ratio, x // ratio
             rows, cols = (y + h + ratio - 1) // ratio - top, (x + w + ratio - 1) // ratio - left
             image = tf.io.decode_and_crop_jpeg(jpeg, tf.stack([top, left, rows, cols]), channels=3, ratio=ratio,
                                                dct_method=dct_method)
-            return tf.image.crop_and_resize(tf.cast(image, tf.float32)[None], _box(y, x, h, w, ratio, rows, cols, size),
-                                            [0], size, method="bilinear")[0]
-        return decode
+            resized = tf.image.crop_and_resize(tf.cast(image, tf.float32)[None],
+                                               _box(y, x, h, w, ratio, rows, cols, size), [0], size, method="bilinear")[0]
+        pixels = tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
+        colours = [2] if bgr else []            # one reverse does the flip and the channel order
+        return tf.cond(crop[6] > 0, lambda: tf.reverse(pixels, [1] + colours),
+                       (lambda: tf.reverse(pixels, colours)) if colours else (lambda: pixels))
+    return decode
 
-    resized = tf.switch_case(ratio_index, [decode_at(ratio) for ratio in _RATIOS])
-    image = tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
-    image = tf.cond(flip > 0, lambda: tf.reverse(image, [1]), lambda: image)
-    return tf.reverse(image, [2]) if bgr else image
+
+def _decode_batch(jpeg: tf.Tensor, crop: tf.Tensor, size: List[int], bgr: bool, dct_method: str,
+                  parallel: int) -> tf.Tensor:
+    """The planned crops of a batch, each decoded at the largest DCT ratio that keeps its window
+    at least the output size: the batch is split by ratio, each part decoded with its ratio (a
+    static attribute of the op) and the parts put back in order."""
+    h, w = crop[:, 2], crop[:, 3]
+    ratio_index = tf.zeros_like(h)
+    for i, ratio in enumerate(_RATIOS[1:], start=1):
+        ratio_index = tf.where(tf.logical_and(h >= ratio * size[0], w >= ratio * size[1]), i, ratio_index)
+    positions = tf.dynamic_partition(tf.range(tf.shape(jpeg)[0]), ratio_index, len(_RATIOS))
+    jpegs = tf.dynamic_partition(jpeg, ratio_index, len(_RATIOS))
+    crops = tf.dynamic_partition(crop, ratio_index, len(_RATIOS))
+    parts = [tf.map_fn(_decode_at(ratio, size, bgr, dct_method), (part_jpegs, part_crops),
+                       fn_output_signature=tf.TensorSpec(size + [3], tf.uint8), parallel_iterations=parallel)
+             for ratio, part_jpegs, part_crops in zip(_RATIOS, jpegs, crops)]
+    return tf.dynamic_stitch(positions, parts)
 
 
 def _box(y: tf.Tensor, x: tf.Tensor, h: tf.Tensor, w: tf.Tensor, ratio: int, rows: tf.Tensor, cols: tf.Tensor,
@@ -138,7 +152,6 @@ class JpegDecodeInput(ProxyInputSource):
                 crop[:, 4:6], tf.constant([size], tf.int32), message="JpegDecodeInput: a crop was planned for "
                 "another output size than the signature size {}x{}".format(*size))
             with tf.control_dependencies([sizes_match]):
-                images = tf.map_fn(lambda args: _decode_one(args[0], args[1], size, self._bgr, self._dct_method),
-                                   (jpeg, crop), fn_output_signature=tf.TensorSpec(size + [3], tf.uint8),
-                                   parallel_iterations=self._parallel)
+                images = _decode_batch(jpeg, crop, size, self._bgr, self._dct_method, self._parallel)
+            images.set_shape([None] + size + [3])
         return list(tensors[:self._index]) + [images] + list(tensors[self._index + 2:])
