@@ -2,6 +2,7 @@
 import logging
 import os
 import pickle
+import threading
 import time
 
 import numpy as np
@@ -60,16 +61,18 @@ def test_datapoints_arrive_intact_over_tcp_on_127_0_0_1():
         assert not arr.flags.owndata            # a view of the received frame: no copy
 
 
-def test_tensorpack_format_keyword_is_accepted_and_a_positional_format_is_a_clear_error():
+def test_tensorpacks_parameters_in_its_order_and_a_bool_for_format_is_a_clear_error():
     with RemoteDataZMQ("tcp://:*") as df:
         df.reset_state()
-        sender = _sender_thread(Indexed(3), df.endpoints[0], format="zmq_op", num_epochs=1)
+        sender = threading.Thread(target=send_dataflow_zmq, args=(Indexed(3), df.endpoints[0], 50, "zmq_op", False),
+                                  kwargs={"num_epochs": 1}, daemon=True)
+        sender.start()
         points = _receive(df, 3)
         sender.join(TIMEOUT)
     assert [p[0] for p in points] == [0, 1, 2]
-    with pytest.raises(TypeError, match=r"bind \(the 4th positional parameter\) must be True or False, got "
-                                        r"'zmq_op'\. tensorpack's 4th parameter is format; pass it as a keyword"):
-        send_dataflow_zmq(Indexed(3), "tcp://127.0.0.1:9", 50, "zmq_op")
+    with pytest.raises(TypeError, match=r"the 4th parameter is format, as in tensorpack, got True; pass bind=True "
+                                        r"as a keyword"):
+        send_dataflow_zmq(Indexed(3), "tcp://127.0.0.1:9", 50, True)
     with pytest.raises(ValueError, match=r"format must be one of \(None, 'zmq_op', 'zmq_ops'\).*got 'json'"):
         send_dataflow_zmq(Indexed(3), "tcp://127.0.0.1:9", format="json")
 

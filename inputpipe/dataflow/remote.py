@@ -91,9 +91,9 @@ def normalize_address(addr: Union[str, int]) -> str:
 TENSORPACK_FORMATS = (None, "zmq_op", "zmq_ops")
 
 
-def send_dataflow_zmq(df: DataFlow, addr: Union[str, int], hwm: int = 50, bind: bool = False, *,
-                      num_epochs: Optional[int] = None, format: Optional[str] = None,
-                      timeout: Optional[float] = None, warn_after: float = 60.0) -> None:
+def send_dataflow_zmq(df: DataFlow, addr: Union[str, int], hwm: int = 50, format: Optional[str] = None,
+                      bind: bool = False, *, num_epochs: Optional[int] = None, timeout: Optional[float] = None,
+                      warn_after: float = 60.0) -> None:
     """Push every datapoint of ``df`` to ``addr`` (a ZeroMQ PUSH socket); forever by default.
 
     Calls ``df.reset_state()``. Connects to ``addr`` (where a :class:`RemoteDataZMQ` listens)
@@ -105,22 +105,19 @@ def send_dataflow_zmq(df: DataFlow, addr: Union[str, int], hwm: int = 50, bind: 
     many passes, once the queued datapoints are delivered (giving up after
     ``SEND_LINGER_SECONDS``).
 
-    Differences from tensorpack's ``send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False)``:
-    the 4th positional parameter is ``bind``, and ``format`` is keyword-only. Messages are always
-    inputpipe's wire format (:mod:`inputpipe.utils.serialize`), which :class:`RemoteDataZMQ` and
-    :class:`~inputpipe.input_source.ZMQInput` read, so tensorpack's ``format=None``, ``"zmq_op"``
-    and ``"zmq_ops"`` are accepted as keywords and change nothing (so is ``None`` in the 4th place);
-    any other format raises a ``ValueError``, and a format passed positionally (so as ``bind``)
-    a ``TypeError`` that says to pass it as ``format=``.
+    The parameters are tensorpack's, in its order. Messages are always inputpipe's wire format
+    (:mod:`inputpipe.utils.serialize`), which :class:`RemoteDataZMQ` and
+    :class:`~inputpipe.input_source.ZMQInput` read, so tensorpack's ``format=None``,
+    ``"zmq_op"`` and ``"zmq_ops"`` change nothing; any other format raises a ``ValueError``
+    (a ``TypeError`` for ``True``/``False`` in its place: ``bind`` is the 5th parameter).
 
     Example::
 
         send_dataflow_zmq(BatchData(MyImages(), 64), "tcp://trainer-host:8877")
     """
-    if bind is not None and not isinstance(bind, (bool, int)):
-        raise TypeError("send_dataflow_zmq: bind (the 4th positional parameter) must be True or False, got "
-                        "{!r}. tensorpack's 4th parameter is format; pass it as a keyword "
-                        "(format={!r}) or leave it out.".format(bind, bind))
+    if isinstance(format, bool):
+        raise TypeError("send_dataflow_zmq: the 4th parameter is format, as in tensorpack, got {!r}; pass "
+                        "bind={!r} as a keyword".format(format, format))
     if format not in TENSORPACK_FORMATS:
         raise ValueError("send_dataflow_zmq: format must be one of {} (all mean inputpipe's wire format, "
                          "which RemoteDataZMQ and ZMQInput read), got {!r}".format(TENSORPACK_FORMATS, format))
