@@ -182,6 +182,39 @@ def test_strict_ordered_epochs_yield_each_datapoint_once_in_source_order(ray_ins
     assert ray.is_initialized(), "a flow that joined an instance leaves it running"
 
 
+_FIRST_DRAWS = {}
+
+
+def rank_and_first_draw(dp):
+    """[index, the actor's rank, its pid, the first number of the first RNG made in it]."""
+    from inputpipe.utils import seeding
+
+    rank = seeding.worker_rank()
+    if rank not in _FIRST_DRAWS:
+        _FIRST_DRAWS[rank] = int(seeding.new_rng().randint(1 << 30))
+    return [dp[0], rank, os.getpid(), _FIRST_DRAWS[rank]]
+
+
+def test_actors_have_their_own_ranks_and_under_a_global_seed_their_own_repeatable_rng_streams(ray_instance):
+    from inputpipe.utils import seeding
+
+    def run():
+        df = RayMapData(Indexed(40), 2, rank_and_first_draw, strict=True, ordered=True)
+        df.reset_state()
+        with df:
+            return {(rank, pid, draw) for _, rank, pid, draw in df}
+
+    seeding.set_global_seed(7)
+    try:
+        first, second = run(), run()
+    finally:
+        seeding.set_global_seed(None)
+    assert sorted(rank for rank, _, _ in first) == [0, 1] and len({pid for _, pid, _ in first}) == 2
+    draws = {rank: draw for rank, _, draw in first}
+    assert draws[0] != draws[1]                                   # each actor its own stream
+    assert {rank: draw for rank, _, draw in second} == draws      # the same streams on every run
+
+
 def test_strict_unordered_epochs_yield_each_datapoint_exactly_once(ray_instance):
     n = 200
     df = RayMapData(Indexed(n), 2, slow_identity, strict=True, ordered=False, buffer_size=16)
