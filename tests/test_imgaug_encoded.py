@@ -235,3 +235,18 @@ def test_augment_image_component_takes_encoded_components():
     window = cv2.imdecode(jpeg(images[0]), cv2.IMREAD_COLOR)[13:77, 28:92]
     reference = cv2.resize(window, (32, 32), interpolation=cv2.INTER_AREA)
     assert np.abs(reference.astype(int) - out[0][0]).mean() < 4.0
+
+
+@needs_turbojpeg
+def test_a_decoder_that_failed_decodes_the_next_image_right():
+    tj = _turbojpeg.turbojpeg()
+    good = jpeg(photo(64, 80)).tobytes()
+    expected = cv2.imdecode(np.frombuffer(good, np.uint8), cv2.IMREAD_COLOR)
+    for bad in (good[:40], good[:150], b"\xff\xd8\xff" + b"junk" * 30):
+        with pytest.raises(_turbojpeg.TurboJpegError):
+            tj.header(bad)
+        assert tj.header(good)[:2] == (64, 80)
+        assert np.array_equal(tj.decode(good), expected)
+    cut = good[:len(good) * 2 // 3]                   # a header, then data that ends early: a warning
+    partial = tj.decode(cut, header=tj.header(good))
+    assert partial.shape == (64, 80, 3) and np.array_equal(tj.decode(good), expected)

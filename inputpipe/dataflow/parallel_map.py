@@ -39,7 +39,7 @@ from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDat
 from .batch import BatchBuilder
 from .parallel import _check_positive, _stop_threads
 # tensorpack's dataflow.parallel_map also has these (outside __all__): scripts import them from here
-from .common import RepeatedData  # noqa: F401
+from .common import BatchData, RepeatedData  # noqa: F401
 from .tensorpack_helpers import enable_death_signal  # noqa: F401
 
 __all__ = [

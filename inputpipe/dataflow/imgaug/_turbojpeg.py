@@ -123,8 +123,16 @@ class TurboJpeg:
         return handle
 
     def _fail(self, handle: int, what: str) -> TurboJpegError:
-        return TurboJpegError("libjpeg-turbo could not {}: {}".format(
+        error = TurboJpegError("libjpeg-turbo could not {}: {}".format(
             what, (self._error_text(handle) or b"unknown error").decode("utf-8", "replace")))
+        self._renew()
+        return error
+
+    def _renew(self) -> None:
+        """Drop this thread's decompressor: one that failed may fail the next image too, so the
+        next call makes a new one."""
+        self._local.handle = None
+        self._local.finalizer = None          # destroys the old handle
 
     def header(self, data: bytes, declared: Optional[Tuple[int, int]] = None) -> JpegHeader:
         """The header of ``data`` (a TurboJpegError when it is no JPEG libjpeg-turbo can read).
@@ -142,6 +150,7 @@ class TurboJpeg:
                             get(handle, _TJPARAM_SUBSAMP), get(handle, _TJPARAM_COLORSPACE),
                             get(handle, _TJPARAM_PRECISION))
         if (declared or declared_image_size(data)) != (header.width, header.height):
+            self._renew()
             raise TurboJpegError("libjpeg-turbo could not read the JPEG header: the data ends before the frame "
                                  "header or does not match it")
         return header
@@ -186,9 +195,11 @@ class TurboJpeg:
         out = np.empty((region.h, region.w, channels), np.uint8)
         status = self._decompress(handle, data, len(data), out.ctypes.data, region.w * channels,
                                   _TJPF_GRAY if grey else _TJPF_BGR)
-        if status != 0 and self._error_code(handle) == _TJERR_FATAL:
-            raise self._fail(handle, "decode the JPEG")
-        # a warning (e.g. data ends early: the rest is grey, as OpenCV gives it) keeps the pixels
+        if status != 0:
+            if self._error_code(handle) == _TJERR_FATAL:
+                raise self._fail(handle, "decode the JPEG")
+            self._renew()       # a warning (e.g. data ends early: the rest is grey, as OpenCV
+                                # gives it) keeps the pixels, not the decompressor
         out = out[:, left - start:] if left != start else out
         return out if not grey else out[:, :, 0]
 
