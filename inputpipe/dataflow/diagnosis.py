@@ -9,9 +9,10 @@ Example::
     json.dump(report.to_dict(), fh)
 """
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
+
+from ..utils.resources import cpu_budget
 
 __all__ = ["StageProfile", "ProfileReport"]
 
@@ -328,8 +329,7 @@ def _suggest_parallel(stage: StageProfile, stages: List[StageProfile], index: in
 
 
 def cpu_count() -> int:
-    """Cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    """Cores this process may use: :func:`inputpipe.utils.resources.cpu_budget` (affinity and
+    cgroup quota, or the budget set with ``set_budget``), shared with the controller of
+    ``"auto"`` stages."""
+    return cpu_budget()

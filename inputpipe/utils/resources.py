@@ -1,0 +1,298 @@
+"""What this process may use: CPUs and memory (the budget of the tuner and the controller).
+
+The CPU budget is the number of CPUs the process may run on at once: the CPUs of its affinity
+mask (``os.sched_getaffinity``, which ``taskset`` and ``docker --cpuset-cpus`` set), lowered by
+a cgroup CPU quota (``docker --cpus``, Kubernetes CPU limits: cgroup v2 ``cpu.max``, cgroup v1
+``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, in the process' cgroup or any of its parents).
+The memory budget is a fraction (half by default) of the memory available when it is read:
+``MemAvailable`` of ``/proc/meminfo``, lowered by a cgroup memory limit (v2 ``memory.max``
+minus ``memory.current``, v1 ``memory.limit_in_bytes`` minus ``memory.usage_in_bytes``).
+:func:`set_budget` overrides either for the whole process.
+
+Every reader takes the files' locations as arguments (tests pass files of their own) and
+returns None (or the next best answer) where a file is missing or unreadable: nothing here
+raises for a system that lacks cgroups or ``/proc``.
+
+Example::
+
+    from inputpipe.utils.resources import cpu_budget, memory_budget, set_budget
+    cpu_budget()                   # e.g. 2 in a container started with --cpus=2.5 on 8 cores
+    set_budget(cpus=4, memory_bytes=8 << 30)
+    set_budget()                   # back to what the system says
+"""
+import math
+import os
+import threading
+from typing import Iterable, List, NamedTuple, Optional, Sequence
+
+__all__ = [
+    "Budget", "set_budget", "budget", "cpu_budget", "memory_budget", "available_cpus", "affinity_cpu_count",
+    "cgroup_cpu_limit", "available_memory", "meminfo_available", "cgroup_memory_room", "process_memory",
+    "process_cpu_seconds", "thread_cpu_seconds",
+]
+
+#: Where the cgroup file systems are mounted, and the file naming this process' cgroups.
+CGROUP_ROOT = "/sys/fs/cgroup"
+PROC_CGROUP = "/proc/self/cgroup"
+MEMINFO = "/proc/meminfo"
+#: The share of the available memory that the memory budget is by default.
+DEFAULT_MEMORY_FRACTION = 0.5
+# cgroup v1 writes "no limit" as a huge number (LONG_MAX rounded to pages)
+_NO_LIMIT = 1 << 60
+
+
+class Budget(NamedTuple):
+    """What the controller and the tuner may use: ``cpus`` (whole CPUs, >= 1) and
+    ``memory_bytes`` (None when unknown: no memory limit is applied).
+
+    Example::
+
+        if budget().cpus >= 4:
+            ...
+    """
+    cpus: int
+    memory_bytes: Optional[int]
+
+
+class _Override:
+    lock = threading.Lock()
+    cpus: Optional[int] = None
+    memory_bytes: Optional[int] = None
+
+
+def set_budget(cpus: Optional[int] = None, memory_bytes: Optional[int] = None) -> None:
+    """Set the process' budget: ``cpus`` (an int >= 1) and ``memory_bytes`` (an int >= 1) replace
+    what the system says; None (the default) measures it again. Applies to every stage with
+    ``"auto"`` workers or buffers in this process from its next decision on, and to the tuner."""
+    for name, value in (("cpus", cpus), ("memory_bytes", memory_bytes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError("set_budget: {} must be an int >= 1 or None, got {!r}".format(name, value))
+    with _Override.lock:
+        _Override.cpus, _Override.memory_bytes = cpus, memory_bytes
+
+
+def budget() -> Budget:
+    """The budget now: :func:`cpu_budget` and :func:`memory_budget`."""
+    return Budget(cpu_budget(), memory_budget())
+
+
+# ----------------------------------------------------------------------------------------- CPUs
+
+def affinity_cpu_count(affinity: Optional[Iterable[int]] = None) -> int:
+    """CPUs in this process' affinity mask (``os.cpu_count()`` where there is none)."""
+    if affinity is not None:
+        return max(1, len(set(affinity)))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _cgroup_paths(proc_cgroup: str) -> List[Sequence[str]]:
+    """``(controllers, path)`` of each line of ``/proc/self/cgroup`` (controllers empty for v2)."""
+    text = _read(proc_cgroup)
+    found: List[Sequence[str]] = []
+    for line in (text or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            found.append((parts[1], parts[2]))
+    return found
+
+
+def _levels(mount: str, path: str) -> List[str]:
+    """The cgroup directory of ``path`` under ``mount`` and its parents up to the mount (deepest
+    first). A path that does not exist under the mount (a container that sees its own cgroup as
+    the root) falls back to the mount itself."""
+    parts = [p for p in path.split("/") if p and p != ".."]
+    levels = [os.path.join(mount, *parts[:k]) for k in range(len(parts), 0, -1)]
+    levels = [d for d in levels if os.path.isdir(d)]
+    return levels + [mount]
+
+
+def _v2_mount(cgroup_root: str) -> Optional[str]:
+    for mount in (cgroup_root, os.path.join(cgroup_root, "unified")):
+        if os.path.exists(os.path.join(mount, "cgroup.controllers")):
+            return mount
+    return None
+
+
+def _v1_mount(cgroup_root: str, controller: str, listed: str) -> Optional[str]:
+    for name in (listed, controller):
+        mount = os.path.join(cgroup_root, name)
+        if os.path.isdir(mount):
+            return mount
+    return None
+
+
+def _v2_cpu_limit(text: Optional[str]) -> Optional[float]:
+    fields = (text or "").split()
+    if len(fields) < 1 or fields[0] == "max":
+        return None
+    try:
+        quota = int(fields[0])
+        period = int(fields[1]) if len(fields) > 1 else 100000
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _v1_cpu_limit(quota_text: Optional[str], period_text: Optional[str]) -> Optional[float]:
+    try:
+        quota, period = int(quota_text or ""), int(period_text or "")
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def cgroup_cpu_limit(cgroup_root: str = CGROUP_ROOT, proc_cgroup: str = PROC_CGROUP) -> Optional[float]:
+    """The CPU quota of this process' cgroups in CPUs (e.g. 2.5), the lowest of its cgroup and
+    its parents, v2 and v1; None when there is none."""
+    limits: List[float] = []
+    for controllers, path in _cgroup_paths(proc_cgroup):
+        if controllers == "":
+            mount = _v2_mount(cgroup_root)
+            if mount is not None:
+                limits += [v for v in (_v2_cpu_limit(_read(os.path.join(d, "cpu.max")))
+                                       for d in _levels(mount, path)) if v is not None]
+        elif "cpu" in controllers.split(","):
+            mount = _v1_mount(cgroup_root, "cpu", controllers)
+            if mount is not None:
+                for d in _levels(mount, path):
+                    limit = _v1_cpu_limit(_read(os.path.join(d, "cpu.cfs_quota_us")),
+                                          _read(os.path.join(d, "cpu.cfs_period_us")))
+                    if limit is not None:
+                        limits.append(limit)
+    return min(limits) if limits else None
+
+
+def available_cpus(*, affinity: Optional[Iterable[int]] = None, cgroup_root: str = CGROUP_ROOT,
+                   proc_cgroup: str = PROC_CGROUP) -> float:
+    """CPUs this process may use: its affinity mask, lowered by a cgroup quota (may be fractional)."""
+    cpus: float = affinity_cpu_count(affinity)
+    quota = cgroup_cpu_limit(cgroup_root, proc_cgroup)
+    return cpus if quota is None else min(cpus, quota)
+
+
+def cpu_budget(*, affinity: Optional[Iterable[int]] = None, cgroup_root: str = CGROUP_ROOT,
+               proc_cgroup: str = PROC_CGROUP) -> int:
+    """Whole CPUs for worker processes: the :func:`set_budget` value, else :func:`available_cpus`
+    rounded down (a quota of 2.5 CPUs gives 2), at least 1."""
+    override = _Override.cpus
+    if override is not None:
+        return override
+    return max(1, int(math.floor(available_cpus(affinity=affinity, cgroup_root=cgroup_root,
+                                                proc_cgroup=proc_cgroup) + 1e-9)))
+
+
+# --------------------------------------------------------------------------------------- memory
+
+def meminfo_available(meminfo: str = MEMINFO) -> Optional[int]:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (None where there is none)."""
+    for line in (_read(meminfo) or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            fields = line.split()
+            try:
+                return int(fields[1]) * (1024 if len(fields) < 3 or fields[2].lower() == "kb" else 1)
+            except (ValueError, IndexError):
+                return None
+    return None
+
+
+def _number(text: Optional[str]) -> Optional[int]:
+    try:
+        value = int(text or "")
+    except ValueError:
+        return None
+    return value if 0 <= value < _NO_LIMIT else None
+
+
+def cgroup_memory_room(cgroup_root: str = CGROUP_ROOT, proc_cgroup: str = PROC_CGROUP) -> Optional[int]:
+    """Bytes this process' cgroups may still take (limit minus usage, the lowest over the cgroup
+    and its parents, v2 and v1); None without a memory limit."""
+    rooms: List[int] = []
+    for controllers, path in _cgroup_paths(proc_cgroup):
+        if controllers == "":
+            mount = _v2_mount(cgroup_root)
+            names = ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            mount = _v1_mount(cgroup_root, "memory", controllers)
+            names = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        if mount is None:
+            continue
+        for d in _levels(mount, path):
+            limit = _number(_read(os.path.join(d, names[0])))
+            if limit is not None:
+                used = _number(_read(os.path.join(d, names[1]))) or 0
+                rooms.append(max(0, limit - used))
+    return min(rooms) if rooms else None
+
+
+def available_memory(*, meminfo: str = MEMINFO, cgroup_root: str = CGROUP_ROOT,
+                     proc_cgroup: str = PROC_CGROUP) -> Optional[int]:
+    """Bytes of memory available to this process now: ``MemAvailable``, lowered by the room left
+    under a cgroup memory limit; None when neither is known."""
+    known = [v for v in (meminfo_available(meminfo), cgroup_memory_room(cgroup_root, proc_cgroup)) if v is not None]
+    return min(known) if known else None
+
+
+def memory_budget(fraction: float = DEFAULT_MEMORY_FRACTION, *, meminfo: str = MEMINFO,
+                  cgroup_root: str = CGROUP_ROOT, proc_cgroup: str = PROC_CGROUP) -> Optional[int]:
+    """Bytes the workers and buffers of the tuned stages may hold: the :func:`set_budget` value,
+    else ``fraction`` of :func:`available_memory` (None when that is unknown)."""
+    override = _Override.memory_bytes
+    if override is not None:
+        return override
+    available = available_memory(meminfo=meminfo, cgroup_root=cgroup_root, proc_cgroup=proc_cgroup)
+    return None if available is None else int(available * fraction)
+
+
+# ------------------------------------------------------------------------ what a process uses
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_TICKS: Optional[int] = None
+
+
+def process_memory(pid: int, proc_root: str = "/proc") -> Optional[int]:
+    """Bytes of memory process ``pid`` holds of its own: resident pages that are not file or
+    shared-memory pages (``/proc/<pid>/statm``: resident minus shared). Pages a forked worker
+    still shares with its parent count too (an upper bound). None when unreadable."""
+    fields = (_read(os.path.join(proc_root, str(pid), "statm")) or "").split()
+    try:
+        return max(0, int(fields[1]) - int(fields[2])) * _PAGE
+    except (ValueError, IndexError):
+        return None
+
+
+def _stat_cpu_seconds(path: str) -> Optional[float]:
+    global _TICKS
+    text = _read(path)
+    if not text:
+        return None
+    try:
+        fields = text.rsplit(")", 1)[1].split()
+        if _TICKS is None:
+            _TICKS = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / _TICKS       # utime + stime
+    except (ValueError, IndexError, AttributeError, OSError):
+        return None
+
+
+def process_cpu_seconds(pid: int, proc_root: str = "/proc") -> Optional[float]:
+    """User + system CPU seconds of process ``pid`` (``/proc/<pid>/stat``); None when unreadable."""
+    return _stat_cpu_seconds(os.path.join(proc_root, str(pid), "stat"))
+
+
+def thread_cpu_seconds(native_id: int, proc_root: str = "/proc") -> Optional[float]:
+    """User + system CPU seconds of thread ``native_id`` of this process
+    (``threading.get_native_id()`` in that thread); None when unreadable."""
+    return _stat_cpu_seconds(os.path.join(proc_root, "self", "task", str(native_id), "stat"))
