@@ -23,6 +23,7 @@ from .format import *  # noqa: F401,F403
 from .image import *  # noqa: F401,F403
 from .image_crops import *  # noqa: F401,F403
 from .profiling import profile, ProfileReport, StageProfile  # noqa: F401
+from .tuning import tune, TuneResult, StageChoice  # noqa: F401
 
 _SUBPACKAGES = ("imgaug", "dataset")
 # The Ray flows (the ``ray`` extra) live in inputpipe.dataflow.ray and load on first use.

@@ -1,0 +1,276 @@
+"""The tuner's model of a chain: what each unit costs per output datapoint (measured with every
+map in the consumer's thread), the throughput of a configuration (the lowest of the bounds set
+by the consumer's thread, the CPUs, the workers of each parallel stage and the trainer), and the
+choice of a configuration. Used by :mod:`inputpipe.dataflow.tuning`; private.
+
+Example::
+
+    costs = measure(report, chain, borrowed, timed)
+    forms, estimate = choose(chain, costs, cpus=2, consumer_rate=None)
+"""
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ._tune_chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Borrowed, Chain, Form, TimedFunc, Unit
+
+#: The consumer's time per datapoint that goes through a thread map (queues; ~8 us measured).
+THREAD_MESSAGE_SECONDS = 10e-6
+#: The consumer's time per message to and from a worker process (~40 us measured for small ones),
+#: and per byte of the datapoint sent and of the result received (~0.65 ns measured).
+PROCESS_MESSAGE_SECONDS = 40e-6
+PROCESS_SECONDS_PER_BYTE = 0.7e-9
+#: Threads of one map at most (more thrash on the GIL for little gain).
+MAX_THREADS = 32
+MAX_PROCESSES = 64
+#: Workers chosen for about this much more than the target rate (a margin for jitter).
+HEADROOM = 1.1
+#: A change must make the model's rate this much higher to be proposed.
+GAIN_NEEDED = 1.05
+#: Work whose CPU time is below this share of its time (without CPU waits) releases the GIL or
+#: waits (I/O, sleep): threads; above: processes.
+THREADS_BELOW_CPU_SHARE = 0.5
+#: When the CPUs' bound is within this factor of the lowest bound, the CPUs are named as the limit.
+CPU_BOUND_NEAR = 1.15
+#: Datapoints from this many bytes up are batched in the workers when a BatchData follows.
+LARGE_DATAPOINT_BYTES = 64 << 10
+# Limits
+LIMIT_CPUS, LIMIT_SOURCE, LIMIT_STAGE, LIMIT_CONSUMER, LIMIT_WORKERS = "cpus", "source", "stage", "consumer", "workers"
+
+
+@dataclass
+class UnitCost:
+    """What one unit costs per OUTPUT datapoint of the chain, measured with every map serial."""
+
+    own: float = 0.0          # the consumer thread's time in the stage (as measured, serial)
+    own_cpu: float = 0.0      # of which CPU (estimated: the function's CPU plus the stage's overhead)
+    work: float = 0.0         # the map function's time without waits for a CPU (work units)
+    cpu: float = 0.0          # the map function's CPU time (work units)
+    calls: float = 0.0        # calls of the function (datapoints into the unit)
+    in_bytes: float = 0.0     # per call
+    out_bytes: float = 0.0    # per call
+
+
+@dataclass
+class Costs:
+    """The measured chain: the base's (source's) time and CPU per output datapoint, the units'
+    costs, and the measured rate of the serial chain (output datapoints per second)."""
+
+    source: float
+    source_cpu: float
+    units: List[UnitCost]
+    rate: float
+    names: List[str] = field(default_factory=list)
+    source_name: str = "the source"
+
+
+@dataclass
+class Estimate:
+    """The model's throughput of one configuration and every bound that sets it (datapoints/s)."""
+
+    rate: float
+    bounds: Dict[str, float]
+    limit: str
+    limit_key: str
+    consumer_parts: Dict[str, float]
+    cpu_per_datapoint: float
+
+
+def _paths(count: int) -> List[str]:
+    return ["df" + ".ds" * (count - 1 - k) for k in range(count)]
+
+
+def measure(report: object, chain: Chain, borrowed: Borrowed, timed: Sequence[Optional[TimedFunc]],
+            names: List[str], source_name: str) -> Optional[Costs]:
+    """The costs from the profile of the all-serial chain (None when no datapoint came out)."""
+    stages = {s.path: s for s in report.stages}            # type: ignore[attr-defined]
+    out = report.datapoints                                 # type: ignore[attr-defined]
+    if not out:
+        return None
+    paths = _paths(len(chain.units))
+    base_path = "df" + ".ds" * len(chain.units)
+    source = sum(s.own_seconds for p, s in stages.items() if p == base_path or p.startswith(base_path + ".")) / out
+    wall, cpu, _ = borrowed.clock.per_call()
+    source_cpu = source * (min(1.0, cpu / wall) if wall > 0 else 1.0)
+    costs = []
+    for k in range(len(chain.units)):
+        stage = stages[paths[k]]
+        below = stages[paths[k - 1] if k else base_path]
+        cost = UnitCost(own=stage.own_seconds / out, calls=below.datapoints / out)
+        cost.own_cpu = cost.own
+        func = timed[k]
+        if func is not None and func.clock.counted:
+            call_wall, call_cpu, call_work = func.clock.per_call()
+            cost.work, cost.cpu = call_work * cost.calls, call_cpu * cost.calls
+            cost.in_bytes, cost.out_bytes = func.bytes_per_call()
+            cost.own_cpu = min(cost.own, cost.cpu + max(0.0, cost.own - call_wall * cost.calls))
+        costs.append(cost)
+    return Costs(source, source_cpu, costs, report.datapoints_per_sec, names, source_name)  # type: ignore
+
+
+# ---------------------------------------------------------------------------------------------
+# The rate of a configuration
+# ---------------------------------------------------------------------------------------------
+
+def parallel_kind(cost: UnitCost) -> str:
+    """Threads for work that mostly does not use the CPU (waits, or releases the GIL), else processes."""
+    return THREADS if cost.cpu < THREADS_BELOW_CPU_SHARE * cost.work else PROCESSES
+
+
+def _worker_side(chain: Chain, costs: Costs, forms: Sequence[Form], k: int) -> Tuple[float, float, float]:
+    """``(work, cpu, consumer)`` per output datapoint of a parallel unit ``k``: its workers' time
+    and CPU, and the consumer's time to send and receive its datapoints."""
+    cost, form = costs.units[k], forms[k]
+    work, cpu = cost.work, cost.cpu
+    if form.kind == THREADS:
+        return work, cpu, cost.calls * THREAD_MESSAGE_SECONDS + cost.cpu     # the GIL-held part runs one at a time
+    messages = cost.calls
+    if form.merge_batch:
+        batch = costs.units[k + 1]
+        work, cpu = work + batch.own, cpu + batch.own_cpu
+        messages = cost.calls / max(1, chain.units[k + 1].batch_size)
+    consumer = messages * PROCESS_MESSAGE_SECONDS + cost.calls * (cost.in_bytes + cost.out_bytes) \
+        * PROCESS_SECONDS_PER_BYTE
+    return work, cpu + consumer, consumer
+
+
+def estimate(chain: Chain, costs: Costs, forms: Sequence[Form], cpus: float,
+             consumer_rate: Optional[float]) -> Estimate:
+    """The model's rate of ``forms`` (worker counts filled in) and its bounds."""
+    parts = {costs.source_name: costs.source}
+    cpu_total = costs.source_cpu
+    stage_bounds: Dict[str, float] = {}
+    merged = False
+    for k, (unit, cost, form) in enumerate(zip(chain.units, costs.units, forms)):
+        name = costs.names[k]
+        if merged:                                  # the batch done in the previous unit's workers
+            merged = False
+            continue
+        if unit.kind == WORK and form.kind != SERIAL:
+            work, cpu, consumer = _worker_side(chain, costs, forms, k)
+            parts[name] = consumer
+            cpu_total += cpu
+            stage_bounds[name] = (form.workers or 1) / work if work > 0 else math.inf
+            merged = form.merge_batch
+        else:
+            parts[name] = cost.own
+            cpu_total += cost.own_cpu
+    load = sum(parts.values())
+    bounds = {"consumer thread": 1.0 / load if load > 0 else math.inf,
+              LIMIT_CPUS: cpus / cpu_total if cpu_total > 0 else math.inf}
+    if consumer_rate is not None:
+        bounds[LIMIT_CONSUMER] = consumer_rate
+    for name, bound in stage_bounds.items():
+        bounds["workers of " + name] = bound
+    key = min(bounds, key=lambda b: bounds[b])
+    if key != LIMIT_CONSUMER and bounds[LIMIT_CPUS] <= bounds[key] * CPU_BOUND_NEAR:
+        key = LIMIT_CPUS                # the CPUs are (nearly) all busy: they are what limits
+    if key == "consumer thread":
+        heaviest = max(parts, key=lambda p: parts[p])
+        limit = LIMIT_SOURCE if heaviest == costs.source_name else LIMIT_STAGE
+    elif key.startswith("workers of "):
+        limit = LIMIT_WORKERS
+    else:
+        limit = key
+    return Estimate(min(bounds.values()), bounds, limit, key, parts, cpu_total)
+
+
+def _target(chain: Chain, costs: Costs, forms: Sequence[Form], cpus: float, consumer_rate: Optional[float]) -> tuple:
+    """The rate the workers are sized for (every bound but the workers'), and the CPU bound."""
+    probe = [Form(f.kind, MAX_PROCESSES if f.kind != SERIAL else None, f.merge_batch) for f in forms]
+    bounds = estimate(chain, costs, probe, cpus, consumer_rate).bounds
+    fixed = [v for key, v in bounds.items() if not key.startswith("workers of ")]
+    return min(fixed), bounds[LIMIT_CPUS]
+
+
+def size_workers(chain: Chain, costs: Costs, forms: List[Form], cpus: float, consumer_rate: Optional[float]) -> None:
+    """Fill in the worker counts of the parallel units of ``forms``: enough to reach the rate the
+    rest of the chain, the CPUs and the trainer allow (with a margin), processes no more than the
+    CPUs they can keep busy, threads at most :data:`MAX_THREADS`."""
+    target, cpu_rate = _target(chain, costs, forms, cpus, consumer_rate)
+    for k, form in enumerate(forms):
+        if chain.units[k].kind != WORK or form.kind == SERIAL:
+            continue
+        work = _worker_side(chain, costs, forms, k)[0]
+        wanted = math.ceil(min(target, 1e9) * work * HEADROOM - 0.15)
+        if form.kind == THREADS:
+            form.workers = max(1, min(MAX_THREADS, wanted))
+        else:
+            most = math.ceil(min(cpu_rate, 1e9) * work - 0.25)
+            form.workers = max(1, min(MAX_PROCESSES, wanted, most))
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing
+# ---------------------------------------------------------------------------------------------
+
+def user_forms(chain: Chain) -> List[Form]:
+    """The configuration as the user wrote it."""
+    forms = []
+    for k, unit in enumerate(chain.units):
+        merge = unit.kind == WORK and k + 1 < len(chain.units) and chain.units[k + 1].in_workers
+        forms.append(Form(unit.form if unit.kind == WORK else SERIAL, unit.workers, merge))
+    return forms
+
+
+def _can_merge(chain: Chain, k: int, kind: str) -> bool:
+    if kind != PROCESSES or k + 1 >= len(chain.units):
+        return False
+    batch = chain.units[k + 1]
+    return batch.kind == BATCH and (batch.in_workers or (not batch.remainder and not batch.use_list))
+
+
+def _options(chain: Chain, costs: Costs, k: int, unit: Unit) -> List[Tuple[str, bool]]:
+    """The ``(kind, merge_batch)`` a unit may take."""
+    if unit.kind != WORK:
+        return [(SERIAL, False)]
+    kind = parallel_kind(costs.units[k])
+    kinds = [kind] if unit.form != SERIAL else [SERIAL, kind]
+    found = []
+    for option in kinds:
+        found.append((option, False))
+        if _can_merge(chain, k, option):
+            found.append((option, True))
+    return found
+
+
+def _changes(chain: Chain, forms: Sequence[Form], mine: Sequence[Form]) -> int:
+    return sum(f.kind != m.kind or f.merge_batch != m.merge_batch for f, m in zip(forms, mine))
+
+
+def choose(chain: Chain, costs: Costs, cpus: float, consumer_rate: Optional[float]) -> Tuple[List[Form], Estimate]:
+    """The configuration to propose: of all the forms the units may take (serial or parallel with
+    the kind their CPU share calls for, batching in the workers where a BatchData follows), the
+    one with the fewest changes among those within :data:`GAIN_NEEDED` of the best rate; large
+    datapoints are batched in the workers. Then each parallel map the user configured keeps its
+    kind and count where that is as fast (within the margin) and uses few more workers."""
+    mine = user_forms(chain)
+    options = [_options(chain, costs, k, unit) for k, unit in enumerate(chain.units)]
+    rated = []
+    for combo in itertools.product(*options):
+        forms = [Form(kind, None, merge) for kind, merge in combo]
+        if any(f.merge_batch and forms[k + 1].merge_batch for k, f in enumerate(forms[:-1])):
+            continue
+        size_workers(chain, costs, forms, cpus, consumer_rate)
+        rated.append((estimate(chain, costs, forms, cpus, consumer_rate).rate, forms))
+    best_rate = max(rate for rate, _ in rated)
+
+    def preference(item: tuple) -> tuple:
+        rate, forms = item
+        large = sum(f.merge_batch == (costs.units[k].out_bytes >= LARGE_DATAPOINT_BYTES or mine[k].merge_batch)
+                    for k, f in enumerate(forms) if _can_merge(chain, k, f.kind))
+        return (-large, _changes(chain, forms, mine), sum(f.workers or 0 for f in forms), -rate)
+
+    near = [item for item in rated if item[0] * GAIN_NEEDED >= best_rate]
+    forms = min(near, key=preference)[1]
+    for k, unit in enumerate(chain.units):
+        if unit.kind == WORK and unit.form != SERIAL and unit.workers is not None:
+            kept = [Form(f.kind, f.workers, f.merge_batch) for f in forms]
+            kept[k] = Form(unit.form, unit.workers, mine[k].merge_batch)
+            wanted = forms[k].workers or 1
+            rate = estimate(chain, costs, kept, cpus, consumer_rate).rate
+            if rate * GAIN_NEEDED >= estimate(chain, costs, forms, cpus, consumer_rate).rate \
+                    and unit.workers <= math.ceil(1.25 * wanted) and unit.form == forms[k].kind:
+                forms = kept
+    return forms, estimate(chain, costs, forms, cpus, consumer_rate)

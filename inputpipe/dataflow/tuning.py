@@ -1,0 +1,480 @@
+"""The static tuner: measure a DataFlow chain and choose a configuration for all of it.
+
+:func:`tune` runs the chain with every map in the consumer's thread (the doctor's timing
+probes give each stage's own time; each map function's wall and CPU time are measured per call),
+chooses for every map that limits the chain whether to run it in processes or threads and with
+how many workers, where to batch in the workers, and whether a part of the chain can be cached
+in memory, then runs the chosen configuration once to confirm its rate. The result prints as
+code to paste, the throughput to expect, and what limits it then.
+
+Example::
+
+    from inputpipe.dataflow import DataFromList, MapData
+    from inputpipe.dataflow.tuning import tune
+
+    def decode(dp):
+        return [dp[0] * 2]
+
+    result = tune(MapData(DataFromList([[i] for i in range(1000)], shuffle=False), decode), seconds=1)
+    print(result)                # the configuration as code, the rate to expect and its limit
+"""
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+from ..utils import resources
+from ..utils.arguments import is_dataflow
+from ..utils.logger import get_logger
+from . import _tune_model as model
+from ._tune_cache import check_levels
+from ._tune_chain import BATCH, CACHE, PROCESSES, SERIAL, THREADS, WORK, Chain, Form, TimedFunc, Unit, build, \
+    read_chain
+from ._tune_code import render
+from .base import DataFlow
+from .profiling import ProfileReport, _kind_of, _stage_name, profile
+
+__all__ = ["tune", "TuneResult", "StageChoice"]
+
+logger = get_logger(__name__)
+
+#: A cache is proposed when it makes the model's rate at least this much higher.
+CACHE_GAIN_NEEDED = 1.1
+#: The consumer's time per datapoint read from a CacheData (a list lookup and a generator step).
+_CACHE_READ_SECONDS = 1e-6
+#: The name of the source once the chain below a cache is read from memory.
+_FROM_CACHE = "CacheData (in memory)"
+
+
+@dataclass
+class StageChoice:
+    """What the tuner chose for one stage of the chain (``after``) and why, from how it was
+    written (``before``). ``action`` is ``"keep"``, ``"parallel"`` (a serial map made parallel),
+    ``"resize"`` (another number of workers), ``"switch"`` (threads <-> processes) or
+    ``"batch in workers"``; ``work_ms`` and ``cpu_share`` are the map function's time per call
+    (without waits for a CPU) and the share of it spent on the CPU.
+
+    Example::
+
+        choice = result.stage("MapData(decode)")
+        assert choice.after == "MultiProcessMapData" and choice.workers == 2
+    """
+
+    stage: str
+    before: str
+    after: str
+    action: str
+    workers: Optional[int] = None
+    unit: str = ""
+    work_ms: Optional[float] = None
+    cpu_share: Optional[float] = None
+    reason: str = ""
+
+
+@dataclass
+class TuneResult:
+    """The configuration :func:`tune` chose: ``code`` (Python that rebuilds the chain with it;
+    ``exec(result.code, dict(result.names))`` leaves the flow in ``df``), the choice per stage,
+    the throughput to expect (``expected_datapoints_per_sec``, output datapoints of the chain per
+    second) and what limits it then (``limit``: ``"cpus"``, ``"source"`` (the reader: disk,
+    network, decoding in the source), ``"stage"`` (a stage in the consumer's thread),
+    ``"consumer"`` (the ``consumer_rate`` given) or ``"workers"`` (the most workers a stage may
+    have), explained with numbers in ``limit_detail``). ``str(result)`` prints all of it.
+
+    ``fill_in`` lists the names in the code that stand for things tune could not write out (a
+    list of datapoints, a lambda) with what they are; ``names`` maps every name the code uses to
+    the object it stands for.
+
+    Example::
+
+        result = tune(df, seconds=10)
+        print(result)
+        namespace = dict(result.names)
+        exec(result.code, namespace)
+        tuned = namespace["df"]
+    """
+
+    code: str
+    stages: List[StageChoice]
+    expected_datapoints_per_sec: float
+    limit: str
+    limit_detail: str
+    cpu_budget: int
+    memory_budget: Optional[int]
+    names: Dict[str, Any] = field(default_factory=dict, repr=False)
+    fill_in: Dict[str, str] = field(default_factory=dict)
+    model_datapoints_per_sec: float = 0.0
+    trial_datapoints_per_sec: Optional[float] = None
+    before_datapoints_per_sec: Optional[float] = None
+    before_measured: bool = False
+    first_epoch_datapoints_per_sec: Optional[float] = None
+    cache: Optional[str] = None
+    cache_detail: str = ""
+    unchanged: bool = False
+    stalled: bool = False
+    stall_detail: str = ""
+    notes: List[str] = field(default_factory=list)
+    measured: Optional[ProfileReport] = field(default=None, repr=False)
+    trial: Optional[ProfileReport] = field(default=None, repr=False)
+
+    def stage(self, name: str) -> StageChoice:
+        """The choice for the stage named ``name`` (as the doctor names it, or its class name)."""
+        for choice in self.stages:
+            if name == choice.stage or choice.stage.startswith(name + "("):
+                return choice
+        raise KeyError("TuneResult: no stage named {!r}; the stages are {}".format(
+            name, [c.stage for c in self.stages]))
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The result as plain data (JSON-ready; the reports and ``names`` left out)."""
+        data = asdict(self)
+        for key in ("names", "measured", "trial"):
+            data.pop(key)
+        return data
+
+    def __str__(self) -> str:
+        if self.stalled:
+            return "Nothing tuned: {}".format(self.stall_detail)
+        lines = ["Tuned configuration ({} CPUs{}):".format(
+            self.cpu_budget, "" if self.memory_budget is None else ", memory budget {}".format(
+                _bytes_text(self.memory_budget))), "", self.code.rstrip("\n"), ""]
+        if self.unchanged:
+            lines.append("The chain is already configured as the tuner would configure it: keep it.")
+        width = max([len(c.stage) for c in self.stages] + [5])
+        for choice in self.stages:
+            after = choice.after + (", {} {}".format(choice.workers, choice.unit) if choice.workers else "")
+            text = after if choice.action != "keep" else "keep ({})".format(after)
+            lines.append("  {:<{}}  {}{}".format(choice.stage, width, text,
+                                                 ": " + choice.reason if choice.reason else ""))
+        if self.cache:
+            lines.append("  cache: {}".format(self.cache_detail))
+        elif self.cache_detail:
+            lines.append("  no cache: {}".format(self.cache_detail))
+        lines.append("")
+        lines.append("Expected: {:.1f} datapoints/s out of the chain{}.".format(self.expected_datapoints_per_sec,
+                                                                              self._evidence()))
+        lines.append("Limit afterwards: {}".format(self.limit_detail))
+        lines.extend(self.notes)
+        return "\n".join(lines)
+
+    def _evidence(self) -> str:
+        parts = []
+        if self.cache and self.first_epoch_datapoints_per_sec is not None:
+            parts.append("after the first epoch (estimated; the first epoch, which fills the cache: {:.1f}/s)".format(
+                self.first_epoch_datapoints_per_sec))
+        elif self.trial_datapoints_per_sec is not None:
+            parts.append("(a trial run of this configuration gave {:.1f}/s; the model {:.1f}/s)".format(
+                self.trial_datapoints_per_sec, self.model_datapoints_per_sec))
+        else:
+            parts.append("(measured)" if self.unchanged else "(estimated)")
+        if self.before_datapoints_per_sec is not None:
+            parts.append("before: {:.1f}/s ({})".format(self.before_datapoints_per_sec,
+                                                        "measured" if self.before_measured else "estimated"))
+        return " " + "; ".join(parts)
+
+
+def _bytes_text(value: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return "{:.1f} {}".format(value, unit) if unit != "B" else "{:d} B".format(int(value))
+        value /= 1024.0
+    return str(value)  # pragma: no cover
+
+
+# ---------------------------------------------------------------------------------------------
+# Naming and describing
+# ---------------------------------------------------------------------------------------------
+
+def _unit_names(chain: Chain) -> List[str]:
+    names: List[str] = []
+    for unit in chain.units:
+        name = _stage_name(unit.origin, _kind_of(unit.origin, True))
+        if unit.kind == BATCH and unit.in_workers:
+            name = "{} batching {}".format(name, unit.batch_size)
+        base, n = name, 2
+        while name in names:
+            name, n = "{} #{}".format(base, n), n + 1
+        names.append(name)
+    return names
+
+
+def _form_text(unit: Unit, form: Form) -> tuple:
+    if form.kind == THREADS:
+        return "MultiThreadMapData", "threads"
+    if form.kind == PROCESSES:
+        return ("MultiProcessMapAndBatchData" if form.merge_batch else "MultiProcessMapData"), "processes"
+    return ("MapDataComponent" if unit.index is not None else "MapData"), ""
+
+
+def _choices(chain: Chain, costs: model.Costs, forms: Sequence[Form], mine: Sequence[Form]) -> List[StageChoice]:
+    choices = []
+    k = 0
+    while k < len(chain.units):
+        unit, form, was = chain.units[k], forms[k], mine[k]
+        name = costs.names[k]
+        if unit.kind != WORK:
+            merged_now = k > 0 and forms[k - 1].merge_batch and forms[k - 1].kind == PROCESSES
+            merged_before = unit.in_workers
+            after = "in the workers of the map" if merged_now else type(unit.origin).__name__ \
+                if not unit.in_workers else "BatchData"
+            action = "keep" if merged_now == merged_before else "batch in workers" if merged_now else "parallel"
+            reason = "" if action == "keep" else (
+                "{:.3f} ms per batch of stacking move to the workers; fewer, larger messages".format(
+                    costs.units[k].own * 1e3) if merged_now else "batched in the consumer")
+            choices.append(StageChoice(name, "BatchData" if unit.in_workers else type(unit.origin).__name__,
+                                       after, action, reason=reason))
+            k += 1
+            continue
+        cost = costs.units[k]
+        after, what = _form_text(unit, form)
+        before, before_what = _form_text(unit, was)
+        work_ms = cost.work / cost.calls * 1e3 if cost.calls else None
+        cpu_share = cost.cpu / cost.work if cost.work > 0 else None
+        if (form.kind, form.workers, form.merge_batch) == (was.kind, was.workers, was.merge_batch):
+            action = "keep"
+        elif was.kind == SERIAL:
+            action = "parallel"
+        elif form.kind != was.kind:
+            action = "switch"
+        elif form.merge_batch != was.merge_batch:
+            action = "batch in workers" if form.merge_batch else "resize"
+        else:
+            action = "resize"
+        reason = ""
+        if work_ms is not None and cpu_share is not None:
+            reason = "{:.3f} ms per call, {:.0%} of it on the CPU".format(work_ms, cpu_share)
+            if form.kind == THREADS:
+                reason += " (it waits or releases the GIL: threads)"
+            elif form.kind == PROCESSES:
+                reason += " (Python/numpy work: processes)"
+        if was.kind != SERIAL and was.workers is not None:
+            before = "{}, {} {}".format(before, was.workers, before_what)
+        choices.append(StageChoice(name, before, after, action, form.workers if form.kind != SERIAL else None,
+                                   what, work_ms, cpu_share, reason))
+        k += 1
+    return choices
+
+
+def _limit_detail(estimate: model.Estimate, costs: model.Costs, cpus: int) -> str:
+    rate, parts = estimate.rate, estimate.consumer_parts
+    if estimate.limit == model.LIMIT_CPUS:
+        return ("the CPUs: the chain takes {:.3f} ms of CPU per datapoint (in the consumer and the workers), so {} "
+                "CPUs give at most {:.1f}/s. More needs cheaper work or more machines (remote producers)."
+                .format(estimate.cpu_per_datapoint * 1e3, cpus, rate))
+    if estimate.limit == model.LIMIT_SOURCE and costs.source_name == _FROM_CACHE \
+            and max(parts, key=lambda p: parts[p]) == _FROM_CACHE:
+        return ("the consumer: after the first epoch the datapoints come from memory (CacheData, about {:.0f} us "
+                "each, up to {:.0f}/s), so the trainer is the limit.".format(parts[_FROM_CACHE] * 1e6, rate))
+    if estimate.limit == model.LIMIT_CONSUMER:
+        return "the consumer: it takes {:.1f} datapoints/s (consumer_rate); the pipeline could give more.".format(rate)
+    if estimate.limit == model.LIMIT_WORKERS:
+        stage = estimate.limit_key[len("workers of "):]
+        return ("the workers of {}: {:.1f}/s with the most workers the tuner gives a stage ({} threads, "
+                "{} processes)".format(stage, rate, model.MAX_THREADS, model.MAX_PROCESSES))
+    load = sum(parts.values())
+    heaviest = max(parts, key=lambda p: parts[p])
+    share = parts[heaviest] / load if load > 0 else 0.0
+    if estimate.limit == model.LIMIT_SOURCE:
+        cpu = costs.source_cpu / costs.source if costs.source > 0 else 1.0
+        nature = ("it waits most of that time (CPU {:.0%}): the disk, the network or a sleep".format(cpu) if cpu < 0.5
+                  else "it computes most of that time (CPU {:.0%})".format(cpu))
+        return ("the source {}: {:.3f} ms per datapoint in the consumer's thread ({:.0%} of its time), at most "
+                "{:.1f}/s; {}. Read sequentially from a dataset file, move decoding into a parallel map, or read "
+                "in parallel (MultiProcessRunnerZMQ over copies that read different data).".format(
+                    heaviest, parts[heaviest] * 1e3, share, rate, nature))
+    return ("{} in the consumer's thread: {:.3f} ms per datapoint ({:.0%} of its time), at most {:.1f}/s.".format(
+        heaviest, parts[heaviest] * 1e3, share, rate))
+
+
+# ---------------------------------------------------------------------------------------------
+# Caching
+# ---------------------------------------------------------------------------------------------
+
+def _without_prefix(costs: model.Costs, level: int) -> model.Costs:
+    """The costs once the output of ``level`` comes from a cache: nothing below it costs anything."""
+    units = [model.UnitCost() if k <= level else u for k, u in enumerate(costs.units)]
+    above = costs.units[level + 1].calls if level + 1 < len(costs.units) else 1.0
+    read = _CACHE_READ_SECONDS * above
+    return model.Costs(read, read, units, costs.rate, costs.names, _FROM_CACHE)
+
+
+def _choose_cache(chain: Chain, costs: model.Costs, forms: List[Form], estimate: model.Estimate, cpus: int,
+                  consumer_rate: Optional[float], memory: Optional[int], seconds: float, stall_timeout: float) -> tuple:
+    """``(level, steady estimate, detail)``: the highest level whose output is worth caching, the
+    same every epoch and small enough (level None when there is none)."""
+    if any(u.kind == CACHE for u in chain.units):
+        return None, None, "the chain caches already"
+    candidates = []
+    for level in range(len(chain.units) - 1, -2, -1):
+        if level >= 0 and forms[level].merge_batch:
+            continue
+        steady = model.estimate(chain, _without_prefix(costs, level), forms, cpus, consumer_rate)
+        if steady.rate >= estimate.rate * CACHE_GAIN_NEEDED:
+            candidates.append((level, steady))
+    if not candidates:
+        return None, None, ""
+    levels, problem = check_levels(chain, candidates[0][0], min(2.0, max(0.2, 0.15 * seconds)), stall_timeout)
+    if problem:
+        return None, None, problem
+    why = ""
+    for level, steady in candidates:
+        found = levels[level]
+        name = costs.source_name if level < 0 else costs.names[level]
+        if not found.cacheable:
+            why = why or "{}: {}".format(name, found.why_not or "nothing to compare")
+            continue
+        total = found.total_bytes or 0.0
+        if memory is not None and total > memory:
+            why = why or "{}: its output ({}) exceeds the memory budget ({})".format(
+                name, _bytes_text(total), _bytes_text(memory))
+            continue
+        return level, steady, ("the output of {} ({} datapoints, about {}) was the same in two passes over {} "
+                               "datapoints, with no random draw: CacheData keeps it after the first epoch".format(
+                                   name, found.length, _bytes_text(total), found.compared))
+    return None, None, why
+
+
+# ---------------------------------------------------------------------------------------------
+# The tuner
+# ---------------------------------------------------------------------------------------------
+
+def _close(flow: Any) -> None:
+    close = getattr(flow, "close", None)
+    if callable(close):
+        close()
+
+
+def _stalled_result(report: ProfileReport, chain: Chain, cpus: int, memory: Optional[int]) -> TuneResult:
+    detail = report.stall_detail or "no datapoint came for the stall timeout; {}".format(report.suggestion)
+    code = render(chain, model.user_forms(chain))
+    return TuneResult(code.text, [], 0.0, "stalled", detail, cpus, memory, code.names, code.fill_in,
+                      stalled=True, stall_detail=detail, measured=report)
+
+
+def tune(df: DataFlow, seconds: float = 10.0, *, warmup: float = 1.0, consumer_rate: Optional[float] = None,
+         cpu_budget: Optional[int] = None, memory_budget: Optional[int] = None,
+         stall_timeout: float = 30.0) -> TuneResult:
+    """Measure the chain ``df`` and choose a configuration for it; returns a :class:`TuneResult`
+    (print it: the configuration as code, the rate to expect and what limits it).
+
+    The chain is run in a thread of this process like :func:`~inputpipe.dataflow.profiling.profile`
+    runs it, twice: first with every map in the consumer's thread (about half of ``seconds``
+    after ``warmup``: each stage's own time, each map function's time and CPU time per call), then,
+    when the choice has parallel maps, in the chosen configuration (the rest: its real rate). In
+    between, when caching would pay, two short passes check which part of the chain gives the same
+    datapoints every epoch. The choice, for each map (MapData, MapDataComponent, the parallel maps):
+
+    - serial, or parallel where that raises the rate (by 5% or more); in threads when the map's
+      CPU time is under half its time (it waits: I/O, sleeps, or releases the GIL), else in
+      processes; as many workers as reach the rate the rest of the chain, the CPUs and the consumer
+      allow (with a 10% margin), processes no more than the CPUs they can keep busy;
+    - in the workers of a MultiProcessMapAndBatchData when a BatchData follows and the datapoints
+      are large (64 KiB or more) or that is faster;
+    - a parallel map already configured is kept when it is as fast (within 5%) and does not use
+      many more workers;
+    - CacheData on the highest part of the chain whose output is the same in two passes (no random
+      draw), has a length and fits in the memory budget, when that raises the rate by 10% or more.
+
+    The user's flow objects are not changed: every chain run is built of new objects (copies of
+    the stages the tuner does not rebuild, with the user's functions) on the part of ``df`` it
+    cannot rebuild (the source, or the first stage from the top it does not know, with what is
+    below it), which it resets and iterates; the new chains are closed before this returns. If
+    that part holds workers of its own (a MultiProcessRunnerZMQ), it is closed too: build a new
+    flow to train with (the code does).
+
+    Args:
+        df: the DataFlow (the outermost stage of the chain).
+        seconds: how long to measure (split between the two runs), after each run's ``warmup``.
+        consumer_rate: the datapoints of ``df`` per second the trainer takes (None: as many as come).
+        cpu_budget: CPUs the pipeline may use (default: :func:`inputpipe.utils.resources.cpu_budget`,
+            the process's affinity and cgroup quota); give less to keep CPUs for the trainer.
+        memory_budget: bytes a cache may take (default: :func:`inputpipe.utils.resources.memory_budget`).
+        stall_timeout: give up when no datapoint comes for this many seconds (``result.stalled``).
+
+    Example::
+
+        result = tune(df, seconds=5, consumer_rate=200)
+        print(result)
+    """
+    if not is_dataflow(df):
+        raise TypeError("tune: expected a DataFlow (an iterable with reset_state()), got a {}".format(type(df).__name__))
+    for name, value in (("seconds", seconds), ("stall_timeout", stall_timeout)):
+        if not value > 0:
+            raise ValueError("tune: {} must be > 0, got {!r}".format(name, value))
+    if consumer_rate is not None and not consumer_rate > 0:
+        raise ValueError("tune: consumer_rate must be > 0 datapoints/s or None, got {!r}".format(consumer_rate))
+    cpus = resources.cpu_budget() if cpu_budget is None else int(cpu_budget)
+    if cpus < 1:
+        raise ValueError("tune: cpu_budget must be >= 1, got {!r}".format(cpu_budget))
+    memory = resources.memory_budget() if memory_budget is None else int(memory_budget)
+    chain = read_chain(df)
+    try:
+        return _tune(chain, seconds, max(0.0, float(warmup)), consumer_rate, cpus, memory, stall_timeout)
+    finally:
+        if chain.base_has_workers:
+            _close(chain.base)
+
+
+def _tune(chain: Chain, seconds: float, warmup: float, consumer_rate: Optional[float], cpus: int,
+          memory: Optional[int], stall_timeout: float) -> TuneResult:
+    names = _unit_names(chain)
+    source_name = _stage_name(chain.base, _kind_of(chain.base, False))
+    timed = [TimedFunc(u.func) if u.kind == WORK and u.func is not None else None for u in chain.units]
+    serial = [Form() for _ in chain.units]
+    flow, borrowed = build(chain, serial, timed)
+    try:
+        measured = profile(flow, seconds / 2, warmup=warmup, stall_timeout=stall_timeout)
+    finally:
+        _close(flow)
+    if measured.stalled:
+        return _stalled_result(measured, chain, cpus, memory)
+    costs = model.measure(measured, chain, borrowed, timed, names, source_name)
+    if costs is None:
+        return _stalled_result(measured, chain, cpus, memory)
+    mine = model.user_forms(chain)
+    forms, chosen = model.choose(chain, costs, cpus, consumer_rate)
+    level, steady, cache_detail = _choose_cache(chain, costs, forms, chosen, cpus, consumer_rate, memory,
+                                                seconds, stall_timeout)
+    code = render(chain, forms, level)
+    unchanged = level is None and all((f.kind, f.workers, f.merge_batch) == (m.kind, m.workers, m.merge_batch)
+                                      for f, m in zip(forms, mine))
+    all_serial = all(f.kind == SERIAL for f in mine)
+    result = TuneResult(code.text, _choices(chain, costs, forms, mine), chosen.rate, chosen.limit,
+                        _limit_detail(chosen, costs, cpus), cpus, memory, code.names, code.fill_in,
+                        model_datapoints_per_sec=chosen.rate, unchanged=unchanged, measured=measured,
+                        cache_detail=cache_detail)
+    if all_serial:
+        result.before_datapoints_per_sec, result.before_measured = costs.rate, True
+    elif all(f.workers is not None for f in mine):
+        result.before_datapoints_per_sec = model.estimate(chain, costs, mine, cpus, consumer_rate).rate
+    if any(f.kind != SERIAL for f in forms):
+        result.trial = _trial(chain, forms, seconds / 2, warmup, stall_timeout)
+        if result.trial.stalled:
+            result.notes.append("The trial run of this configuration stalled: {}".format(result.trial.suggestion))
+        else:
+            result.trial_datapoints_per_sec = result.trial.datapoints_per_sec
+            result.expected_datapoints_per_sec = result.trial_datapoints_per_sec
+            if result.trial_datapoints_per_sec < 0.7 * chosen.rate:
+                result.notes.append("The trial ran well below the model: the machine may be busy, or moving the "
+                                    "datapoints costs more than estimated. Its profile: result.trial.")
+    elif unchanged and all_serial:
+        result.expected_datapoints_per_sec = costs.rate
+    if consumer_rate is not None:
+        result.expected_datapoints_per_sec = min(result.expected_datapoints_per_sec, consumer_rate)
+    if level is not None and steady is not None:
+        result.cache = source_name if level < 0 else names[level]
+        result.first_epoch_datapoints_per_sec = result.expected_datapoints_per_sec
+        result.expected_datapoints_per_sec = result.model_datapoints_per_sec = steady.rate
+        result.limit_detail = _limit_detail(steady, _without_prefix(costs, level), cpus)
+        result.limit = model.LIMIT_CONSUMER if result.limit_detail.startswith("the consumer") else steady.limit
+    if not chain.units:
+        result.notes.append("The tuner rebuilds MapData, MapDataComponent, FilterData, BatchData, CacheData, the "
+                            "parallel maps and single-input stages it can copy; the top of this chain ({}) is none "
+                            "of these, so it is kept as it is.".format(source_name))
+    return result
+
+
+def _trial(chain: Chain, forms: Sequence[Form], seconds: float, warmup: float, stall_timeout: float) -> ProfileReport:
+    flow, _ = build(chain, forms)
+    try:
+        return profile(flow, seconds, warmup=warmup, stall_timeout=stall_timeout)
+    finally:
+        _close(flow)

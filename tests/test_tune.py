@@ -1,0 +1,253 @@
+"""The static tuner (inputpipe.dataflow.tune) chooses processes or threads and their number per
+stage, where to batch and what to cache, from measured costs; prints code that builds that chain;
+leaves the user's flow as it was and no worker running.
+
+The stages' costs are busy loops on the thread's CPU clock (CPU work whatever the load) or sleeps
+(waits), of known length, so the choices hold on 2 busy cores: counts are computed with margins
+well away from the rounding points. Rates are not asserted (the machine is shared)."""
+import itertools
+import random
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from inputpipe.dataflow import (
+    BatchData, CacheData, DataFromGenerator, DataFromList, MapData, MultiProcessMapAndBatchData, MultiProcessMapData,
+    MultiThreadMapData, TuneResult, tune,
+)
+from inputpipe.dataflow.seeding import datapoint_rng
+from inputpipe.utils import resources
+
+RUN = dict(seconds=0.5, warmup=0.1)
+
+
+def _spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def busy_4ms(dp):
+    _spin(0.004)
+    return dp
+
+
+def nap_10ms(dp):
+    time.sleep(0.01)
+    return dp
+
+
+def plus_one(dp):
+    return [dp[0] + 1]
+
+
+def _numbers():
+    for i in itertools.count():
+        yield [i]
+
+
+def _slow_numbers():
+    for i in itertools.count():
+        time.sleep(0.004)
+        yield [i]
+
+
+def _built(result, **extra):
+    """The chain the printed code builds, and its stages from the top down."""
+    namespace = dict(result.names, **extra)
+    exec(result.code, namespace)
+    flow, stages = namespace["df"], []
+    node = flow
+    while node is not None:
+        stages.append(node)
+        node = getattr(node, "ds", None)
+    return flow, stages
+
+
+def _first(flow, count):
+    flow.reset_state()
+    itr = iter(flow)
+    try:
+        return [next(itr) for _ in range(count)]
+    finally:
+        itr.close()
+        flow.close()
+
+
+def test_slow_cpu_map_goes_to_processes_bounded_by_the_cpu_budget():
+    source = DataFromGenerator(_numbers)
+    df = MapData(source, busy_4ms)
+    result = tune(df, cpu_budget=2, **RUN)
+    assert isinstance(result, TuneResult)
+    choice = result.stage("MapData(busy_4ms)")
+    assert (choice.after, choice.workers, choice.unit, choice.action) == ("MultiProcessMapData", 2, "processes",
+                                                                         "parallel")
+    assert choice.cpu_share > 0.8 and 3.5 < choice.work_ms < 5.0
+    assert result.limit == "cpus" and "2 CPUs give at most" in result.limit_detail
+    assert result.code.splitlines()[-2:] == ["df = DataFromGenerator(_numbers)",
+                                             "df = MultiProcessMapData(df, 2, busy_4ms, strict=True, ordered=True)"]
+    assert result.fill_in == {} and result.trial_datapoints_per_sec > 0 and result.before_measured
+    # the user's chain is as it was, and nothing tune started runs any more
+    assert type(df) is MapData and df.ds is source and df.func is busy_4ms
+    assert psutil.Process().children(recursive=True) == []
+    flow, stages = _built(result)
+    assert [type(s) for s in stages] == [MultiProcessMapData, DataFromGenerator]
+    assert (flow.num_workers, flow.strict, flow.ordered, flow.map_func) == (2, True, True, busy_4ms)
+    assert _first(flow, 20) == [[i] for i in range(20)]
+
+    three = tune(MapData(DataFromGenerator(_numbers), busy_4ms), cpu_budget=3, **RUN)
+    assert (three.stage("MapData").after, three.stage("MapData").workers) == ("MultiProcessMapData", 3)
+    one = tune(MapData(DataFromGenerator(_numbers), busy_4ms), cpu_budget=1, **RUN)
+    assert (one.stage("MapData").after, one.stage("MapData").action) == ("MapData", "keep")
+    assert one.unchanged and one.limit == "cpus" and one.trial is None
+
+
+def test_the_default_cpu_budget_is_the_process_budget():
+    resources.set_budget(cpus=1)
+    try:
+        result = tune(MapData(DataFromGenerator(_numbers), busy_4ms), **RUN)
+    finally:
+        resources.set_budget()
+    assert result.cpu_budget == 1 and "(1 CPUs" in str(result)
+    assert result.stage("MapData").after == "MapData"
+
+
+def test_a_sleeping_map_gets_threads_more_than_the_cores():
+    result = tune(MapData(DataFromGenerator(_numbers), nap_10ms), consumer_rate=400, **RUN)
+    choice = result.stage("MapData(nap_10ms)")
+    # 400/s x 10 ms per call x 1.1 margin = 4.4 workers -> 5 (stays 5 up to 11.7 ms per sleep)
+    assert (choice.after, choice.workers, choice.unit) == ("MultiThreadMapData", 5, "threads")
+    assert choice.cpu_share < 0.2
+    assert result.limit == "consumer" and result.expected_datapoints_per_sec <= 400
+    assert "MultiThreadMapData(df, 5, nap_10ms, strict=True, ordered=True)" in result.code
+    flow, stages = _built(result)
+    assert [type(s) for s in stages] == [MultiThreadMapData, DataFromGenerator] and flow.num_workers == 5
+    assert _first(flow, 12) == [[i] for i in range(12)]
+
+
+def test_a_cheap_map_after_a_slow_source_is_kept_and_the_source_is_the_limit():
+    result = tune(MapData(DataFromGenerator(_slow_numbers), plus_one), **RUN)
+    assert result.unchanged and result.stage("MapData(plus_one)").action == "keep"
+    assert result.limit == "source" and result.limit_detail.startswith("the source DataFromGenerator: ")
+    assert "it waits most of that time" in result.limit_detail
+    assert result.trial is None and result.expected_datapoints_per_sec == result.before_datapoints_per_sec
+    assert "already configured as the tuner would configure it: keep it" in str(result)
+
+
+def test_a_well_configured_parallel_map_is_kept_and_not_started():
+    df = MultiProcessMapData(DataFromGenerator(_numbers), 2, busy_4ms, strict=True)
+    try:
+        result = tune(df, cpu_budget=2, **RUN)
+        assert df.worker_pids == [] and psutil.Process().children(recursive=True) == []    # never started
+    finally:
+        df.close()
+    choice = result.stage("MultiProcessMapData(busy_4ms)")
+    assert (choice.action, choice.before, choice.workers) == ("keep", "MultiProcessMapData, 2 processes", 2)
+    assert result.unchanged and result.limit == "cpus"
+    assert "df = MultiProcessMapData(df, 2, busy_4ms, strict=True)" in result.code
+
+
+def test_cpu_work_in_threads_is_switched_to_processes():
+    df = MultiThreadMapData(DataFromGenerator(_numbers), 4, busy_4ms)
+    try:
+        result = tune(df, cpu_budget=2, **RUN)
+    finally:
+        df.close()
+    choice = result.stage("MultiThreadMapData(busy_4ms)")
+    assert (choice.action, choice.before, choice.after, choice.workers) == (
+        "switch", "MultiThreadMapData, 4 threads", "MultiProcessMapData", 2)
+    assert "MultiProcessMapData(df, 2, busy_4ms)" in result.code      # the user's strict=False kept
+
+
+def _image(dp):
+    _spin(0.002)
+    return [np.full((128, 128, 3), dp[0] % 256, np.uint8), dp[0]]    # 48 KiB + a label
+
+
+def _big_image(dp):
+    _spin(0.002)
+    return [np.full((160, 160, 3), dp[0] % 256, np.uint8), dp[0]]    # 75 KiB + a label
+
+
+def test_large_datapoints_are_batched_in_the_workers():
+    result = tune(BatchData(MapData(DataFromGenerator(_numbers), _big_image), 8), cpu_budget=2, **RUN)
+    assert (result.stage("MapData").after, result.stage("MapData").workers) == ("MultiProcessMapAndBatchData", 2)
+    assert result.stage("BatchData(8)").action == "batch in workers"
+    assert "MultiProcessMapAndBatchData(df, 2, _big_image, batch_size=8, strict=True, ordered=True)" in result.code
+    flow, stages = _built(result)
+    assert [type(s) for s in stages] == [MultiProcessMapAndBatchData, DataFromGenerator]
+    images, labels = _first(flow, 2)[1]
+    assert images.shape == (8, 160, 160, 3) and images.dtype == np.uint8 and labels.tolist() == list(range(8, 16))
+
+    small = tune(BatchData(MapData(DataFromGenerator(_numbers), _image), 8), cpu_budget=2, **RUN)
+    assert small.stage("MapData").after == "MultiProcessMapData" and small.stage("BatchData(8)").action == "keep"
+
+
+def jitter(dp):
+    return [dp[0] + np.random.rand()]
+
+
+def test_a_deterministic_small_stage_is_cached_below_a_random_one():
+    items = [[i] for i in range(300)]
+    result = tune(MapData(MapData(DataFromList(items, shuffle=False), busy_4ms), jitter), cpu_budget=2, **RUN)
+    assert result.cache == "MapData(busy_4ms)"
+    assert "was the same in two passes over" in result.cache_detail and "(300 datapoints, about" in result.cache_detail
+    assert result.fill_in == {"lst": "the list given as lst to DataFromList (300 items)"}
+    assert result.names["lst"] is items
+    assert result.code.splitlines()[-4:] == [
+        "df = DataFromList(lst, shuffle=False)", "df = MultiProcessMapData(df, 2, busy_4ms, strict=True, ordered=True)",
+        "df = CacheData(df)", "df = MapData(df, jitter)"]
+    assert result.first_epoch_datapoints_per_sec is not None
+    assert result.expected_datapoints_per_sec > 2 * result.first_epoch_datapoints_per_sec
+    flow, stages = _built(result)
+    assert [type(s) for s in stages] == [MapData, CacheData, MultiProcessMapData, DataFromList]
+    values = _first(flow, 40)
+    assert [int(v[0]) for v in values] == list(range(40)) and len({v[0] % 1 for v in values}) == 40
+
+
+def noisy_np(dp):
+    _spin(0.004)
+    return [dp[0] + np.random.rand()]
+
+
+def noisy_stdlib(dp):
+    _spin(0.004)
+    return [dp[0] + random.random()]
+
+
+def noisy_per_datapoint(dp):
+    _spin(0.004)
+    return [dp[0] + datapoint_rng().rand()]
+
+
+@pytest.mark.parametrize("func, why", [(noisy_np, "it draws random numbers"),
+                                       (noisy_stdlib, "it draws random numbers"),
+                                       (noisy_per_datapoint, "two passes gave different datapoints")])
+def test_a_random_stage_is_not_cached(func, why):
+    result = tune(MapData(DataFromList([[i] for i in range(300)], shuffle=False), func), cpu_budget=2, **RUN)
+    assert result.cache is None and "CacheData" not in result.code
+    assert result.cache_detail == "MapData({}): {}".format(func.__name__, why)
+
+
+def test_a_failing_map_raises_and_leaves_nothing_running():
+    def fails_at_5(dp):
+        if dp[0] == 5:
+            raise ValueError("bad datapoint 5")
+        return dp
+
+    with pytest.raises(ValueError, match="bad datapoint 5"):
+        tune(MapData(DataFromGenerator(_numbers), fails_at_5), **RUN)
+
+
+def test_arguments_are_checked():
+    df = MapData(DataFromGenerator(_numbers), plus_one)
+    with pytest.raises(TypeError, match="tune: expected a DataFlow"):
+        tune([1, 2], seconds=1)
+    with pytest.raises(ValueError, match="tune: seconds must be > 0, got 0"):
+        tune(df, seconds=0)
+    with pytest.raises(ValueError, match="tune: consumer_rate must be > 0 datapoints/s or None, got -1"):
+        tune(df, consumer_rate=-1)
+    with pytest.raises(ValueError, match="tune: cpu_budget must be >= 1, got 0"):
+        tune(df, cpu_budget=0)
