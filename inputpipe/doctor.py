@@ -7,13 +7,17 @@ given after the target, each a Python literal or else a string; ``name=value`` f
 a DataFlow made when the module is imported. Without ``:NAME`` the doctor takes the module's one
 DataFlow object, or else its function with a usual name (``get_dataflow``, ``get_data``, ...).
 The doctor profiles the flow (:func:`inputpipe.dataflow.profiling.profile`), prints the table,
-the limiting stage and a suggestion, optionally writes them as JSON, and closes the flow.
+the limiting stage and a suggestion, optionally writes them as JSON, and closes the flow. With
+``--tune`` it chooses a configuration for the whole chain instead
+(:func:`inputpipe.dataflow.tuning.tune`) and prints it as code, with the rate to expect and its
+limit.
 
 Example::
 
     python -m inputpipe.doctor train.py:get_dataflow --seconds 20 --json doctor.json
     python -m inputpipe.doctor mypkg.data:make_train_flow
     python -m inputpipe.doctor cifar.py:get_data train batch_size=64
+    python -m inputpipe.doctor --tune train.py:get_dataflow --consumer-rate 50
 """
 # ruff: noqa: T201 - printing the report is this command's job (the library itself never prints)
 import argparse
@@ -38,7 +42,7 @@ USUAL_FACTORY_NAMES = ("get_dataflow", "get_data", "get_train_dataflow", "get_tr
 #: Seconds the doctor waits for ``df.close()`` before exiting without it.
 CLOSE_TIMEOUT = 10.0
 #: Threads of the doctor that may still be blocked in the user's flow when it is done.
-_OWN_THREADS = ("inputpipe-profile", "inputpipe-doctor-close")
+_OWN_THREADS = ("inputpipe-profile", "inputpipe-doctor-close", "inputpipe-tune-cache-check")
 
 
 class TargetError(ValueError):
@@ -193,7 +197,8 @@ def _call_problem(func: Callable[..., Any], args: List[Any], kwargs: Dict[str, A
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=_PROG, description="Run a DataFlow once and name the stage that limits its throughput.")
+        prog=_PROG, description="Run a DataFlow once and name the stage that limits its throughput "
+        "(with --tune: choose a configuration for the whole chain).")
     parser.add_argument("target", help="SCRIPT.py:NAME or MODULE:NAME, NAME a function that returns the DataFlow "
                         "or a DataFlow; without :NAME the module's one DataFlow or its get_dataflow/get_data/...")
     parser.add_argument("arguments", nargs="*", metavar="ARG",
@@ -205,13 +210,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--stall-timeout", type=float, default=30.0,
                         help="report the stage the chain is stuck in after this many seconds without output")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the report as JSON to PATH")
+    parser.add_argument("--tune", action="store_true",
+                        help="choose a configuration for the whole chain (processes or threads and how many per "
+                        "stage, where to batch, what to cache) and print it as code, with the rate to expect")
+    parser.add_argument("--consumer-rate", type=float, default=None, metavar="R",
+                        help="with --tune: the datapoints per second the trainer takes (default: as many as come)")
+    parser.add_argument("--cpu-budget", type=int, default=None, metavar="N",
+                        help="with --tune: CPUs the pipeline may use (default: the process's affinity and cgroup "
+                        "quota)")
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of ``python -m inputpipe.doctor``; returns the exit code (0: profiled,
-    1: the DataFlow failed or its ``reset_state()`` did not return within the stall timeout,
-    2: bad arguments or target)."""
+    """Entry point of ``python -m inputpipe.doctor``; returns the exit code (0: profiled or tuned,
+    1: the DataFlow failed or its ``reset_state()`` did not return within the stall timeout (with
+    ``--tune``: or no datapoint came within it), 2: bad arguments or target)."""
     from .dataflow.profiling import profile
 
     parser = _parser()
@@ -219,6 +232,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name in ("seconds", "stall_timeout"):
         if not getattr(args, name) > 0:
             parser.error("--{} must be > 0, got {}".format(name.replace("_", "-"), getattr(args, name)))
+    _check_tune_options(parser, args)
     try:
         factory = load_factory(args.target)
         call_args, call_kwargs = parse_arguments(args.arguments)
@@ -233,6 +247,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     df = factory(*call_args, **call_kwargs)
     if not is_dataflow(df):
         parser.error("{} returned a {}, not a DataFlow".format(args.target, type(df).__name__))
+    if args.tune:
+        return _tune(df, args)
     try:
         report = profile(df, args.seconds, warmup=args.warmup, max_datapoints=args.max_datapoints,
                          stall_timeout=args.stall_timeout)
@@ -249,6 +265,38 @@ def main(argv: Optional[List[str]] = None) -> int:
             print("The doctor exits without waiting for it.")
         return 1
     return 0
+
+
+def _check_tune_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not args.tune:
+        for name in ("consumer_rate", "cpu_budget"):
+            if getattr(args, name) is not None:
+                parser.error("--{} applies to --tune only".format(name.replace("_", "-")))
+        return
+    if args.max_datapoints is not None:
+        parser.error("--max-datapoints does not apply to --tune (it measures for --seconds)")
+    if args.consumer_rate is not None and not args.consumer_rate > 0:
+        parser.error("--consumer-rate must be > 0, got {}".format(args.consumer_rate))
+    if args.cpu_budget is not None and args.cpu_budget < 1:
+        parser.error("--cpu-budget must be >= 1, got {}".format(args.cpu_budget))
+
+
+def _tune(df: Any, args: argparse.Namespace) -> int:
+    """``--tune``: the tuner's configuration of ``df``, printed (and written as JSON)."""
+    from .dataflow.tuning import tune
+
+    try:
+        result = tune(df, args.seconds, warmup=args.warmup, consumer_rate=args.consumer_rate,
+                      cpu_budget=args.cpu_budget, stall_timeout=args.stall_timeout)
+    finally:
+        _close(df)
+    print("{} --tune: {}".format(_PROG, args.target))
+    print(result)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(result.to_dict(), fh, indent=2)
+        print("JSON written to {}".format(args.json))
+    return 1 if result.stalled else 0
 
 
 def _close(df: Any) -> None:

@@ -30,7 +30,7 @@ _KEPT = 256
 
 
 def _global_rng_state() -> Tuple[Any, ...]:
-    state = np.random.get_state(legacy=True)
+    state: Any = np.random.get_state(legacy=True)
     words = random.getstate()[1]                # 624 words and the position in them
     return state[2], state[3], state[1][:8].tobytes(), words[-1], words[:8]
 
@@ -45,7 +45,8 @@ def _flow_rngs(flow: Any) -> List[Any]:
 
 
 def _rng_states(rngs: List[Any]) -> List[Any]:
-    return [(s[2], s[1][:8].tobytes()) for s in (r.get_state(legacy=True) for r in rngs)]
+    states: List[Any] = [r.get_state(legacy=True) for r in rngs]
+    return [(s[2], s[1][:8].tobytes()) for s in states]
 
 
 class _Tap(ProxyDataFlow):
@@ -168,7 +169,8 @@ def check_levels(chain: Chain, top: int, seconds: float, stall_timeout: float) -
     flow, _ = build(chain, [Form()] * len(chain.units), top=top, tap=tap)
     levels_of_rngs = [(level, _flow_rngs(t.ds)) for level, t in sorted(taps.items())]   # at or below each level
     check = _Check(flow, taps, levels_of_rngs, seconds)
-    thread = StoppableThread(target=lambda: _run_passes(check, thread), name="inputpipe-tune-cache-check")
+    thread = StoppableThread(name="inputpipe-tune-cache-check")
+    thread.run = lambda: _run_passes(check, thread)           # type: ignore[method-assign]
     thread.start()
     deadline = time.perf_counter() + 2 * seconds + stall_timeout
     while thread.is_alive() and time.perf_counter() < deadline:

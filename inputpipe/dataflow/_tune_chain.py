@@ -115,6 +115,7 @@ class ComponentFunc:
     def __init__(self, func: Callable[[Any], Any], index: Any):
         self.func = func
         self.index = index
+        self.__name__ = getattr(func, "__name__", type(func).__name__)
 
     def __call__(self, dp: Any) -> Any:
         value = self.func(dp[self.index])
@@ -265,6 +266,7 @@ class TimedFunc:
 
     def __init__(self, func: Callable[[Any], Any]):
         self.func = func
+        self.__name__ = getattr(func, "__name__", type(func).__name__)    # the stage's name in reports
         self.clock = ThreadClock()
         self.sized = 0
         self.in_bytes = 0
@@ -342,7 +344,7 @@ def build(chain: Chain, forms: Sequence[Form], funcs: Optional[Sequence[Optional
     k = 0
     while k < len(units):
         unit, form = units[k], forms[k]
-        func = funcs[k] if funcs is not None and funcs[k] is not None else unit.func
+        func: Any = funcs[k] if funcs is not None and funcs[k] is not None else unit.func
         if unit.kind == WORK:
             options = new_work_options(unit)
             if form.kind == SERIAL:

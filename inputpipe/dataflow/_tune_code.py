@@ -100,7 +100,7 @@ class _Writer:
             return "{}.{}".format(holder, value.__name__)
         name = getattr(value, "__name__", None)
         if (inspect.isfunction(value) or inspect.isbuiltin(value)) and isinstance(name, str):
-            if name == "<lambda>":
+            if name == "<lambda>" and inspect.isfunction(value):
                 code = value.__code__
                 return self.bind(role, value, "the lambda at {}:{} ({} of {})".format(
                     code.co_filename, code.co_firstlineno, role, owner))

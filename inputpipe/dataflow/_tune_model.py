@@ -258,9 +258,9 @@ def choose(chain: Chain, costs: Costs, cpus: float, consumer_rate: Optional[floa
 
     def preference(item: tuple) -> tuple:
         rate, forms = item
-        large = sum(f.merge_batch == (costs.units[k].out_bytes >= LARGE_DATAPOINT_BYTES or mine[k].merge_batch)
-                    for k, f in enumerate(forms) if _can_merge(chain, k, f.kind))
-        return (-large, _changes(chain, forms, mine), sum(f.workers or 0 for f in forms), -rate)
+        against_size = sum(f.merge_batch != (costs.units[k].out_bytes >= LARGE_DATAPOINT_BYTES or mine[k].merge_batch)
+                           for k, f in enumerate(forms) if _can_merge(chain, k, f.kind))
+        return (against_size, _changes(chain, forms, mine), sum(f.workers or 0 for f in forms), -rate)
 
     near = [item for item in rated if item[0] * GAIN_NEEDED >= best_rate]
     forms = min(near, key=preference)[1]

@@ -378,7 +378,8 @@ def tune(df: DataFlow, seconds: float = 10.0, *, warmup: float = 1.0, consumer_r
     cannot rebuild (the source, or the first stage from the top it does not know, with what is
     below it), which it resets and iterates; the new chains are closed before this returns. If
     that part holds workers of its own (a MultiProcessRunnerZMQ), it is closed too: build a new
-    flow to train with (the code does).
+    flow to train with (the code does). So is the base of a chain that stalled (a thread still
+    blocked in it ends when it is closed, if it can be).
 
     Args:
         df: the DataFlow (the outermost stage of the chain).
@@ -406,10 +407,13 @@ def tune(df: DataFlow, seconds: float = 10.0, *, warmup: float = 1.0, consumer_r
         raise ValueError("tune: cpu_budget must be >= 1, got {!r}".format(cpu_budget))
     memory = resources.memory_budget() if memory_budget is None else int(memory_budget)
     chain = read_chain(df)
+    result: Optional[TuneResult] = None
     try:
-        return _tune(chain, seconds, max(0.0, float(warmup)), consumer_rate, cpus, memory, stall_timeout)
+        result = _tune(chain, seconds, max(0.0, float(warmup)), consumer_rate, cpus, memory, stall_timeout)
+        return result
     finally:
-        if chain.base_has_workers:
+        stalled = result is not None and (result.stalled or (result.trial is not None and result.trial.stalled))
+        if chain.base_has_workers or stalled:       # (a thread stuck in the base ends when it is closed)
             _close(chain.base)
 
 

@@ -1,0 +1,36 @@
+"""The tuning section of docs/doctor.md runs as written, and the output it shows is what the code
+prints (up to the numbers)."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PAGE = REPO / "docs" / "doctor.md"
+
+
+def _section():
+    text = PAGE.read_text(encoding="utf-8")
+    return text[text.index("## Tuning: a configuration for the whole chain"):]
+
+
+def _shape(text):
+    """The text with its numbers replaced, to compare what was shown with what is printed."""
+    return re.sub(r"\d+(\.\d+)?", "N", text)
+
+
+def test_tuning_example_runs_and_prints_what_the_page_shows():
+    section = _section()
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    shown = re.search(r"```text\n(.*?)```", section, flags=re.S).group(1)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = [line for line in proc.stdout.splitlines() if not line.startswith("The trial ran well below")]
+    assert [_shape(line) for line in printed] == [_shape(line) for line in shown.rstrip("\n").splitlines()]
+
+
+def test_tuning_section_documents_the_cli_and_every_limit():
+    section = _section()
+    assert "python -m inputpipe.doctor --tune train.py:get_dataflow" in section
+    for limit in ("`cpus`", "`source`", "`stage`", "`consumer`", "`workers`"):
+        assert limit in section, limit
