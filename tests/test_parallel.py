@@ -476,7 +476,7 @@ def test_multithread_runner_runs_copies_and_reports_failures():
 
 def test_tensorpack_aliases_and_argument_checks():
     assert PrefetchDataZMQ is MultiProcessRunnerZMQ
-    with pytest.raises(ValueError, match="num_proc must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="MultiProcessRunnerZMQ: num_proc must be an int >= 1 or 'auto', got 0"):
         MultiProcessRunnerZMQ(Indexed(3), num_proc=0)
     df = MultiProcessRunnerZMQ(Indexed(3))
     with pytest.raises(RuntimeError, match="call reset_state"):

@@ -238,9 +238,9 @@ def test_keeping_everything_falls_back_to_the_pipe_and_loses_nothing():
 
 def test_thread_alias_and_argument_checks():
     assert ThreadedMapData is MultiThreadMapData
-    with pytest.raises(ValueError, match="num_proc must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="MultiProcessMapData: num_proc must be an int >= 1 or 'auto', got 0"):
         MultiProcessMapData(Indexed(3), 0, fail_on_13)
-    with pytest.raises(ValueError, match="buffer_size must be an int >= 1"):
+    with pytest.raises(ValueError, match="buffer_size must be an int >= 1 or 'auto', got 0"):
         MultiThreadMapData(Indexed(3), 2, fail_on_13, buffer_size=0)
 
 

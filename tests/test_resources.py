@@ -134,5 +134,10 @@ def test_process_memory_and_cpu_from_statm_and_stat(tmp_path):
     assert resources.process_cpu_seconds(42, str(tmp_path)) == 300 / os.sysconf("SC_CLK_TCK")
     assert resources.process_memory(43, str(tmp_path)) is None
     assert resources.process_cpu_seconds(43, str(tmp_path)) is None
+    write(tmp_path / "42" / "smaps_rollup", "55d-7ff ---p 00000000 00:00 0  [rollup]\nRss:  900 kB\n"
+                                            "Private_Clean:   80 kB\nPrivate_Dirty:  112 kB\nShared_Clean: 700 kB\n")
+    assert resources.process_private_memory(42, str(tmp_path)) == 192 * 1024
+    assert resources.process_private_memory(43, str(tmp_path)) is None
     assert resources.process_memory(os.getpid()) > 0
+    assert 0 < resources.process_private_memory(os.getpid()) <= resources.process_memory(os.getpid()) * 2
     assert resources.thread_cpu_seconds(threading.get_native_id()) >= 0.0

@@ -112,7 +112,7 @@ def test_new_and_old_names_together_or_unknown_names_are_refused():
         MultiProcessMapData(Indexed(), 2, plus_one, 7, True, "extra")
     with pytest.raises(TypeError, match="MultiProcessMapData: map_func must be callable, got None"):
         MultiProcessMapData(Indexed(), 2)
-    with pytest.raises(ValueError, match="MultiThreadMapData: num_thread must be an int >= 1, got None"):
+    with pytest.raises(ValueError, match="MultiThreadMapData: num_thread must be an int >= 1 or 'auto', got None"):
         MultiThreadMapData(Indexed(), map_func=plus_one)
     with pytest.raises(ValueError, match="MultiProcessRunner: num_prefetch must be an int >= 1, got None"):
         MultiProcessRunner(Indexed(), num_proc=2)

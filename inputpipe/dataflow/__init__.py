@@ -17,6 +17,7 @@ from .raw import *  # noqa: F401,F403
 from .common import *  # noqa: F401,F403
 from .parallel import *  # noqa: F401,F403
 from .parallel_map import *  # noqa: F401,F403
+from .autoscale import Autoscale  # noqa: F401
 from .remote import *  # noqa: F401,F403
 from .serialize import *  # noqa: F401,F403
 from .format import *  # noqa: F401,F403

@@ -6,10 +6,26 @@ import numpy as np
 
 from ..utils.seeding import derive_seed
 from ._state import SEED, StatePlan, check_input_state
-from .base import DataFlow, DataFlowLengthUnknown, RNGDataFlow, StateMismatchError, check_state, require_rng
+from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowLengthUnknown, RNGDataFlow, StateMismatchError, check_state,
+                   empty_passes_mean_stuck, empty_passes_text, require_rng)
 
 # A sentinel for "the iterator is exhausted", distinct from every datapoint.
 END = object()
+
+
+def int_at_least_one(component: str, name: str, value: Any) -> int:
+    """``value``, or a ValueError ``"<component>: <name> must be an int >= 1, got <value>"``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError("{}: {} must be an int >= 1, got {!r}".format(component, name, value))
+    return value
+
+
+def empty_epoch_error(ds: DataFlow) -> RuntimeError:
+    """The error of a parallel runner whose copy of ``ds`` produced nothing in a whole pass."""
+    # one empty pass was enough, unless the chain gathers across passes
+    passes = empty_passes_text(1 if empty_passes_mean_stuck(ds, 1) else EMPTY_PASSES_ALLOWED, "a whole pass", "passes")
+    return RuntimeError("{} produced no datapoints in {}; a parallel runner would loop forever on it".format(
+        type(ds).__name__, passes))
 
 
 def length_of(owner: DataFlow, ds: Any, what: str = "its input") -> int:

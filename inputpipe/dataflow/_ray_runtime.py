@@ -167,11 +167,13 @@ class RayWorker:
         return self.pid, ray.get_runtime_context().get_node_id()
 
     def map(self, task: Any, ticket: List[int]) -> Any:
-        """Map ``task``, each datapoint seeded from ``ticket = [key, base seed, epoch, index]`` (an
-        actor runs one call at a time, so numpy's and Python's global RNGs are reseeded too)."""
-        from .parallel_map import _apply
+        """``(result, seconds)``: ``task`` mapped, each datapoint seeded from ``ticket = [key, base
+        seed, epoch, index]`` (an actor runs one call at a time, so numpy's and Python's global
+        RNGs are reseeded too), and the seconds it took."""
+        from ._map_scheduler import _apply
+        started = time.perf_counter()
         try:
-            return _apply(self.func, self.batch_size, task, ticket, reseed_global=True)
+            return _apply(self.func, self.batch_size, task, ticket, reseed_global=True), time.perf_counter() - started
         except BaseException as err:  # noqa: BLE001 - reported to the consumer, which raises it
             return RemoteFailure(err, self.pid)
 
@@ -219,7 +221,9 @@ class ActorPool:
     :class:`~inputpipe.utils.errors.WorkerError` for a failure of the user's function, or
     :class:`Lost` for a call to redo. After a loss the actor is ``restarting`` until it answers
     again; ``back()`` returns the ranks that came back since the last call (send their work
-    again then). ``close()`` kills the actors and waits for the processes of those on this node.
+    again then). ``add_actor()`` starts one more (a new rank, ``restarting`` until it answers:
+    ``back()`` returns it once), ``retire(rank)`` kills one that holds no call. ``close()`` kills
+    the actors and waits for the processes of those on this node.
     """
 
     def __init__(self, owner: str, num_actors: int, func: Callable, batch_size: Optional[int],
@@ -230,12 +234,15 @@ class ActorPool:
         self._exceptions = importlib.import_module("ray.exceptions")
         options = {"num_cpus": 1, "max_restarts": -1, "max_task_retries": 0}
         options.update(actor_options or {})
+        self.options = options
         actor_class = self._ray.remote(RayWorker).options(**options)
+        self._new_actor = lambda rank: actor_class.remote(rank, func, batch_size, get_global_seed())
         self._closed = False
         self._probes: Dict[int, Tuple[Any, float]] = {}   # restarting rank -> (where() call, when sent)
+        self._starting: Dict[int, float] = {}             # rank added while running -> when
+        self._retired: List[int] = []
         try:
-            self.actors = [actor_class.remote(rank, func, batch_size, get_global_seed())
-                           for rank in range(num_actors)]
+            self.actors = [self._new_actor(rank) for rank in range(num_actors)]
             self.pids: List[Optional[int]] = [None] * num_actors
             self._nodes: List[Optional[str]] = [None] * num_actors
             self._await_start(options)
@@ -274,6 +281,39 @@ class ActorPool:
     def describe(self, rank: int) -> Tuple[str, Optional[int]]:
         return "actor {}".format(rank), self.pids[rank]
 
+    def add_actor(self) -> int:
+        """Start one more actor; returns its rank. It is ``restarting`` until :meth:`back`
+        returns it (Ray places it when the cluster has the resources it asks for)."""
+        rank = len(self.actors)
+        self.actors.append(self._new_actor(rank))
+        self.pids.append(None)
+        self._nodes.append(None)
+        self._probes[rank] = (self.actors[rank].where.remote(), time.monotonic())
+        self._starting[rank] = time.monotonic()
+        return rank
+
+    def overdue(self, seconds: float = ACTOR_START_TIMEOUT) -> List[int]:
+        """Ranks added by :meth:`add_actor` that have not started within ``seconds``."""
+        now = time.monotonic()
+        return [rank for rank, since in self._starting.items() if now - since > seconds]
+
+    def retire(self, rank: int) -> None:
+        """Kill actor ``rank``, which holds no call (its process is waited for at close)."""
+        self._probes.pop(rank, None)
+        self._starting.pop(rank, None)
+        self._retired.append(rank)
+        try:
+            self._ray.kill(self.actors[rank], no_restart=True)
+        except Exception as err:  # noqa: BLE001 - e.g. already dead; close() waits for it anyway
+            logger.debug("%s: while killing actor %d: %s", self.owner, rank, err)
+
+    def free_cpus(self) -> Optional[float]:
+        """CPUs the cluster has free now (None when Ray cannot say)."""
+        try:
+            return float(self._ray.available_resources().get("CPU", 0.0))
+        except Exception:  # noqa: BLE001 - a diagnostic: no answer means no limit known
+            return None
+
     def restarting(self, rank: int) -> bool:
         return rank in self._probes
 
@@ -305,7 +345,8 @@ class ActorPool:
                     self._probes[rank] = (self.actors[rank].where.remote(), time.monotonic())
                 continue
             del self._probes[rank]
-            logger.info("%s: actor %d is back as pid %s", self.owner, rank, self.pids[rank])
+            if self._starting.pop(rank, None) is None:
+                logger.info("%s: actor %d is back as pid %s", self.owner, rank, self.pids[rank])
             returned.append(rank)
         return returned
 
@@ -356,7 +397,8 @@ class ActorPool:
         try:
             if ray.is_initialized():
                 for rank in list(self._probes):
-                    self.current_pid(rank, timeout=2.0)
+                    if rank not in self._starting:     # a restart: its new process, to wait for it
+                        self.current_pid(rank, timeout=2.0)
                 for actor in getattr(self, "actors", []):
                     ray.kill(actor, no_restart=True)
                 here = ray.get_runtime_context().get_node_id()

@@ -20,23 +20,25 @@ Example::
             ...
 """
 import collections
-import queue
 import time
-import weakref
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 from ..utils.compat import no_other_arguments, renamed_argument
-from ..utils.concurrency import POLL_INTERVAL, StoppableThread
-from ..utils.errors import error_from_exception
+from ..utils.concurrency import POLL_INTERVAL, StoppableThread  # noqa: F401 - tensorpack has it here
+from ..utils.logger import get_logger
+from ..utils.resources import process_cpu_seconds, process_memory, process_private_memory
 from ..utils.workers import WorkerPool, WorkerPoolOwner
+from ._helpers import empty_epoch_error as _empty_epoch_error, int_at_least_one as _check_positive
 from ._state import IntRange, StatePlan, check_plain_state, two_phase
-from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow,
-                   StateMismatchError, empty_passes_mean_stuck, empty_passes_text,
-                   check_state, get_length, is_resumable, raise_if_stopping)
+from .autoscale import CpuSeconds, ResizableStage, worker_count
+from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, StateMismatchError,
+                   check_state, empty_passes_mean_stuck, get_length, is_resumable, raise_if_stopping)
 # tensorpack's dataflow.parallel also has these (outside __all__): scripts import them from here
 from .base import DataFlowTerminated  # noqa: F401
 from .plasma import PlasmaGetData, PlasmaPutData  # noqa: F401
 from .tensorpack_helpers import del_weakref, enable_death_signal, ensure_proc_terminate, start_proc_mask_signal  # noqa: F401
+# the thread runner lives in ._thread_runner; tensorpack's module path is this one
+from ._thread_runner import MultiThreadRunner, _stop_threads  # noqa: F401
 
 __all__ = [
     "MultiProcessRunnerZMQ",
@@ -49,21 +51,10 @@ __all__ = [
 ]
 
 
+logger = get_logger(__name__)
+
 #: Seconds get_state() waits for a new worker's first message.
 _STATE_TIMEOUT = 60.0
-
-
-def _check_positive(component: str, name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError("{}: {} must be an int >= 1, got {!r}".format(component, name, value))
-    return value
-
-
-def _empty_epoch_error(ds: DataFlow) -> RuntimeError:
-    # one empty pass was enough, unless the chain gathers across passes
-    passes = empty_passes_text(1 if empty_passes_mean_stuck(ds, 1) else EMPTY_PASSES_ALLOWED, "a whole pass", "passes")
-    return RuntimeError("{} produced no datapoints in {}; a parallel runner would loop forever on it".format(
-        type(ds).__name__, passes))
 
 
 def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[int], track: bool) -> None:
@@ -109,15 +100,19 @@ def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[i
             produced += 1
             message = [generation, dp, ds.get_state()] if track else dp
             restore = False
-            command = end.receive_command(0)
-            while command is not None and not restore:
-                restore = apply(command)
-                command = end.receive_command(0) if not restore else None
-            while not restore and (len(unacknowledged) >= prefetch
-                                   or (max_bytes is not None and state["bytes"] >= max_bytes)):
-                command = end.receive_command(POLL_INTERVAL)
-                if command is not None:
+            try:
+                command = end.receive_command(0)
+                while command is not None and not restore:
                     restore = apply(command)
+                    command = end.receive_command(0) if not restore else None
+                while not restore and (len(unacknowledged) >= prefetch
+                                       or (max_bytes is not None and state["bytes"] >= max_bytes)):
+                    command = end.receive_command(POLL_INTERVAL)
+                    if command is not None:
+                        restore = apply(command)
+            except EOFError:               # retired (or closed): what it made is not lost
+                end.send_datapoint(message)
+                raise
             if restore:
                 break                                            # the parent drops this pass' rest
             sending = time.perf_counter()                        # waiting for room was not
@@ -149,7 +144,7 @@ def _verdict(ds: DataFlow, state: Any) -> List[Any]:
     return [True, ""]
 
 
-class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
+class MultiProcessRunnerZMQ(WorkerPoolOwner, ResizableStage, ProxyDataFlow):
     """Run ``num_proc`` COPIES of ``ds`` in worker processes and yield their datapoints.
 
     .. warning::
@@ -161,9 +156,13 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
 
     Args:
         ds: the DataFlow to copy. ``ds.reset_state()`` runs in each worker.
-        num_proc: number of worker processes.
-        hwm: at most this many datapoints are prefetched (split among the workers, at least one
-            each): a slow consumer makes the workers wait.
+        num_proc: number of worker processes, or ``"auto"`` (or an
+            :class:`~inputpipe.dataflow.autoscale.Autoscale`): a controller chooses it while the
+            runner runs, within the CPU and memory budget (:mod:`~inputpipe.dataflow.autoscale`);
+            a retired copy's datapoints already made are all yielded.
+        hwm: at most this many datapoints are prefetched (split among the workers at start, at
+            least one each; a worker added later prefetches as many as one at start): a slow
+            consumer makes the workers wait.
         start_method: ``"fork"`` (default on Linux), ``"forkserver"`` or ``"spawn"``. The last two
             pickle ``ds``; an unpicklable one raises a ``TypeError`` that says what to change.
             Create the runner (call ``reset_state()``) before building a TF session when forking.
@@ -200,16 +199,18 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
         name = type(self).__name__
         num_proc = renamed_argument(name, old_names, "nr_proc", "num_proc", num_proc, 1)
         no_other_arguments(name, old_names)
-        self.num_proc = _check_positive(name, "num_proc", num_proc)
+        #: Worker processes that run copies now (the controller changes it for ``"auto"``).
+        self.num_proc = num_proc = self._init_workers(name, "num_proc", num_proc)
         self.hwm = _check_positive(name, "hwm", hwm)
         per_worker = max(1, hwm // num_proc)
         max_bytes = None
         if max_prefetch_bytes is not None:
             max_bytes = max(1, _check_positive(name, "max_prefetch_bytes", max_prefetch_bytes) // num_proc)
-        self._track = self.num_proc == 1 and is_resumable(ds)
+        self._track = self.num_proc == 1 and not self.autoscaled and is_resumable(ds)
         self._pool = WorkerPool(name, _run_copy, num_proc, (ds, per_worker, max_bytes, self._track), start_method,
                                 shm_bytes)
-        self._received = [0] * num_proc
+        self._cpu = CpuSeconds(process_cpu_seconds)
+        self._received: Dict[int, int] = collections.defaultdict(int)
         self._generation = 0                 # of the worker's current pass; bumped by set_state()
         self._last_state: Optional[Dict[str, Any]] = None    # worker copy's state after the last datapoint
         self._count = 0                      # datapoints yielded in the current epoch of this runner
@@ -226,6 +227,53 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
             raise RuntimeError("{} is closed".format(type(self).__name__))
         if not self._pool.started:
             self._pool.start()
+            self._begin_scaling()
+
+    # ------------------------------------------------------------------------------ changing size
+
+    def _active_workers(self) -> int:
+        return self._pool.num
+
+    def _grow_one(self) -> bool:
+        try:
+            self._pool.add_worker()
+        except OSError as err:                 # e.g. out of file descriptors: keep the workers there are
+            logger.warning("%s: cannot add a worker (%s); staying at %d", type(self).__name__, err, self._pool.num)
+            return False
+        self.num_proc = self._pool.num
+        return True
+
+    def _shrink_one(self) -> bool:
+        ranks = self._pool.active_ranks
+        if len(ranks) <= 1:
+            return False
+        self._pool.retire_worker(ranks[-1])    # the newest; what it sent is still yielded
+        self.num_proc = self._pool.num
+        return True
+
+    def _scaling_counters(self) -> Tuple[float, int]:
+        stats = self._pool.worker_stats()
+        return sum(s["busy_seconds"] for s in stats), sum(s["items"] for s in stats)
+
+    def _scaling_cpu_seconds(self) -> Optional[float]:
+        return self._cpu.total(self._pool.pids)
+
+    def _scaling_memory(self, precise: bool = False) -> Tuple[int, int]:
+        read = process_private_memory if precise else process_memory
+        sizes = [read(pid) or 0 for pid in self._pool.pids]
+        return sum(sizes), (max(sizes) if sizes else 0)
+
+    def _receive_measured(self) -> Optional[Tuple[int, Any]]:
+        """The next message; for ``"auto"``, the time waited is measured and the controller runs."""
+        scaling = self._scaling
+        if scaling is None:
+            return self._next_message()
+        if time.monotonic() >= scaling.due:
+            scaling.run()
+        started = time.monotonic()
+        got = self._next_message()
+        self._waited += time.monotonic() - started
+        return got
 
     def __iter__(self) -> Iterator[Any]:
         if self._closed or not self._pool.started:
@@ -237,7 +285,7 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
             self._resume_pending = False
             self._count = count
             while size is None or count < size:
-                got = self._next_message()
+                got = self._receive_measured()
                 if got is None:
                     raise_if_stopping(self)        # e.g. while the worker re-reads to restore a position
                     continue
@@ -250,7 +298,7 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
                         continue
                     generation, dp, state = dp
                 self._received[rank] += 1
-                if self._received[rank] % self._ack_every == 0:
+                if self._received[rank] % self._ack_every == 0 and self._pool.takes_commands(rank):
                     self._pool.send(rank, self._received[rank])
                 if self._track:
                     if generation != self._generation:
@@ -264,6 +312,11 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
     # ------------------------------------------------------------------------------ resuming
 
     def check_resumable(self) -> None:
+        if self.autoscaled:
+            raise NotResumableError(
+                "{}(num_proc='auto') is not resumable: its number of workers changes, and the datapoints of "
+                "independent copies interleave, so no position describes what it yielded. Use num_proc=1, or "
+                "MultiProcessMapData(ds, 'auto', map_func, strict=True), which is".format(type(self).__name__))
         if self.num_proc > 1:
             raise NotResumableError(
                 "{}(num_proc={}) is not resumable: its {} workers iterate independent copies of {} and their "
@@ -366,6 +419,7 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ProxyDataFlow):
         """Stop the workers (within about a second), free their pipes and shared memory, and
         close ``ds`` here too (in case it started anything in this process)."""
         self._closed = True
+        self._end_scaling()
         self._pool.close()
         super().close()
 
@@ -396,150 +450,8 @@ class MultiProcessRunner(MultiProcessRunnerZMQ):
         name = type(self).__name__
         num_prefetch = renamed_argument(name, kwargs, "nr_prefetch", "num_prefetch", num_prefetch, None)
         num_proc = renamed_argument(name, kwargs, "nr_proc", "num_proc", num_proc, None)
-        super().__init__(ds, num_proc=_check_positive(name, "num_proc", num_proc),
+        super().__init__(ds, num_proc=worker_count(name, "num_proc", num_proc),
                          hwm=_check_positive(name, "num_prefetch", num_prefetch), **kwargs)
-
-
-class _CopyThread(StoppableThread):
-    """Iterates its copy of a DataFlow forever into a bounded queue; records its failure."""
-
-    def __init__(self, name: str, ds: DataFlow, out: "queue.Queue", failures: list):
-        super().__init__(name=name)
-        self.ds = ds
-        self._out = out
-        self._failures = failures
-        self.busy_seconds = 0.0          # time making datapoints (not waiting for queue room)
-        self.items = 0
-
-    def run(self):
-        try:
-            empty = 0                        # passes in a row without a datapoint
-            while not self.stopped():
-                produced = 0
-                started = time.perf_counter()
-                for dp in self.ds:
-                    self.busy_seconds += time.perf_counter() - started
-                    self.items += 1
-                    produced += 1
-                    if not self.queue_put_stoppable(self._out, dp):
-                        return
-                    started = time.perf_counter()
-                empty = 0 if produced else empty + 1
-                if empty_passes_mean_stuck(self.ds, empty):
-                    raise _empty_epoch_error(self.ds)
-        except BaseException as err:  # reported to the consumer, which raises it
-            self._failures.append((self.name, err))
-
-
-def _stop_threads(threads: List[StoppableThread]) -> None:
-    for thread in threads:
-        thread.stop()
-    for thread in threads:
-        if thread.is_alive():
-            thread.join(timeout=2.0)
-
-
-class MultiThreadRunner(DataFlow):
-    """Run ``num_thread`` COPIES of a DataFlow, made by ``get_df()``, in threads.
-
-    .. warning::
-       Each thread iterates its own copy: the same distribution, not the same set.
-
-    Useful when the work releases the GIL (file or network I/O, image decoding in C). An epoch is
-    ``len(get_df())`` datapoints; ``num_prefetch`` bounds the queue between threads and consumer.
-    An exception in a thread is raised in the consumer as
-    :class:`~inputpipe.utils.errors.WorkerError`, chained to the original exception.
-
-    tensorpack's old keywords ``nr_prefetch=`` and ``nr_thread=`` still work, with a
-    ``DeprecationWarning``.
-
-    Example::
-
-        df = MultiThreadRunner(lambda: ImagesFromUrls(urls), num_prefetch=100, num_thread=8)
-        df.reset_state()
-        with df:
-            for image, label in df:
-                ...
-    """
-
-    def __init__(self, get_df: Callable[[], DataFlow], num_prefetch: Optional[int] = None,
-                 num_thread: Optional[int] = None, **old_names: Any):
-        name = type(self).__name__
-        num_prefetch = renamed_argument(name, old_names, "nr_prefetch", "num_prefetch", num_prefetch, None)
-        num_thread = renamed_argument(name, old_names, "nr_thread", "num_thread", num_thread, None)
-        no_other_arguments(name, old_names)
-        _check_positive(name, "num_thread", num_thread)
-        self.num_prefetch = _check_positive(name, "num_prefetch", num_prefetch)
-        self._dfs = [get_df() for _ in range(num_thread)]
-        self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=num_prefetch)
-        self._failures: List[Tuple[str, BaseException]] = []   # (thread name, error)
-        self._threads: List[_CopyThread] = []
-        self._guard = DataFlowReentrantGuard(name)
-        self._finalizer: Optional[weakref.finalize] = None
-
-    def __len__(self) -> int:
-        return len(self._dfs[0])
-
-    def reset_state(self) -> None:
-        """Reset each copy and start the threads (once; later calls do nothing)."""
-        if self._threads:
-            return
-        for df in self._dfs:
-            df.reset_state()
-        self._threads = [_CopyThread("{}-thread-{}".format(type(self).__name__, i), df, self._queue, self._failures)
-                         for i, df in enumerate(self._dfs)]
-        self._finalizer = weakref.finalize(self, _stop_threads, list(self._threads))
-        for thread in self._threads:
-            thread.start()
-
-    def worker_stats(self) -> List[dict]:
-        """One dict per thread, cumulative since ``reset_state()``:
-        ``{"rank": int, "busy_seconds": float, "items": int}``, the time spent making datapoints
-        (not waiting for room in the queue) and how many were made. Empty before ``reset_state()``.
-
-        Example::
-
-            busy_share = [s["busy_seconds"] / elapsed for s in df.worker_stats()]
-        """
-        return [{"rank": rank, "busy_seconds": t.busy_seconds, "items": t.items}
-                for rank, t in enumerate(self._threads)]
-
-    def _raise_failure(self) -> None:
-        name, err = self._failures[0]
-        raise error_from_exception(type(self).__name__, name, err) from err
-
-    def __iter__(self) -> Iterator[Any]:
-        if not self._threads or self._finalizer is None or not self._finalizer.alive:
-            raise RuntimeError("{}: call reset_state() before iterating (and not after close())".format(
-                type(self).__name__))
-        with self._guard:
-            size = get_length(self._dfs[0])
-            count = 0
-            while size is None or count < size:
-                if self._failures:
-                    self._raise_failure()
-                try:
-                    dp = self._queue.get(timeout=POLL_INTERVAL)
-                except queue.Empty:
-                    raise_if_stopping(self)
-                    continue
-                count += 1
-                yield dp
-
-    def close(self) -> None:
-        """Stop and join the threads (within about a second), then close every copy."""
-        if self._finalizer is not None:
-            self._finalizer()
-        for df in self._dfs:
-            close = getattr(df, "close", None)
-            if callable(close):
-                close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 #: tensorpack's older names.

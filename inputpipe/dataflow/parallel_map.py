@@ -19,28 +19,29 @@ Example::
         for image, label in df:
             ...
 """
-import collections
 import queue
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-import numpy as np
-
-from ..utils.compat import no_other_arguments, renamed_argument, warn_deprecated
+from ..utils.compat import renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import WorkerError, error_from_exception
-from ..utils.seeding import datapoint_context, derive_seed, new_rng
+from ..utils.logger import get_logger
+from ..utils.resources import process_cpu_seconds, process_memory, process_private_memory, thread_cpu_seconds
 from ..utils.workers import WorkerPool, WorkerPoolOwner
-from ._map_position import MapPosition, checked_map_state
-from ._state import StatePlan, check_input_state
-from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, empty_passes_mean_stuck,
-                   empty_passes_text, get_length, raise_if_stopping)
-from .batch import BatchBuilder
-from .parallel import _check_positive, _stop_threads
+# the scheduler lives in ._map_scheduler; tensorpack-era code imports these from here
+from ._map_scheduler import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, _ParallelMapBase  # noqa: F401
+from .autoscale import AUTO, CpuSeconds, worker_count
+from .base import DataFlow
+from ._helpers import int_at_least_one as _check_positive
+from ._thread_runner import _stop_threads
 # tensorpack's dataflow.parallel_map also has these (outside __all__): scripts import them from here
+from .base import DataFlowReentrantGuard, ProxyDataFlow  # noqa: F401
 from .common import BatchData, RepeatedData  # noqa: F401
 from .tensorpack_helpers import enable_death_signal  # noqa: F401
+
+logger = get_logger(__name__)
 
 __all__ = [
     "MultiThreadMapData",
@@ -50,333 +51,6 @@ __all__ = [
     "MultiProcessMapAndBatchDataZMQ",
     "ThreadedMapData",
 ]
-
-_DEFAULT_BUFFER_SIZE = 200
-
-
-def _old_style_arguments(name: str, count_name: str, count: Optional[int], map_func: Optional[Callable],
-                         positional: Tuple[Any, ...], buffer_size: int, strict: bool,
-                         old_names: Dict[str, Any]) -> Tuple[int, Callable, int, bool]:
-    """tensorpack before 0.9: ``nr_proc=``/``nr_thread=``, and ``buffer_size``, ``strict`` passed
-    positionally after ``map_func``. Returns ``(count, map_func, buffer_size, strict)``."""
-    count = renamed_argument(name, old_names, "nr_" + count_name.split("_")[1], count_name, count, None)
-    no_other_arguments(name, old_names)
-    if len(positional) > 2:
-        raise TypeError("{}() takes at most 5 positional arguments ({} given)".format(name, 3 + len(positional)))
-    if positional:
-        if buffer_size != _DEFAULT_BUFFER_SIZE or strict is not False:
-            raise TypeError("{}: buffer_size/strict passed both by position and by keyword".format(name))
-        warn_deprecated("{}: buffer_size and strict passed by position is tensorpack's old style; it still "
-                        "works but is deprecated: pass buffer_size= and strict= as keywords".format(name))
-        buffer_size = positional[0]
-        strict = positional[1] if len(positional) > 1 else strict
-    if not callable(map_func):
-        raise TypeError("{}: map_func must be callable, got {!r}".format(name, map_func))
-    return _check_positive(name, count_name, count), map_func, buffer_size, strict
-
-
-class _ParallelMapBase(ProxyDataFlow):
-    """The scheduler shared by the thread, process and Ray maps.
-
-    Subclasses provide ``_start()``, ``_submit(rank, task)`` with ``task = [generation, ticket,
-    payload]``, ``_receive(timeout)`` returning ``(rank, [generation, ticket, result])`` or None,
-    ``_describe_worker(rank)`` returning the worker's ``(name, pid or None)`` for error messages,
-    and ``close()``. ``ticket = [key, base_seed, epoch, index]``: ``key`` is the task's number in
-    its epoch (strict) or overall, the rest seeds the payload's first datapoint (:func:`_apply`).
-
-    Strict maps are resumable (:meth:`get_state`/:meth:`set_state`): see :mod:`._map_position`.
-    """
-
-    #: Datapoints in one task (the map-and-batch flows: ``batch_size``).
-    _task_size = 1
-
-    def __init__(self, ds: DataFlow, num_workers: int, buffer_size: int, strict: bool, ordered: bool,
-                 map_timeout: Optional[float] = None):
-        super().__init__(ds)
-        name = type(self).__name__
-        self.num_workers = num_workers
-        self.buffer_size = _check_positive(name, "buffer_size", buffer_size)
-        self.strict = bool(strict)
-        self.ordered = bool(ordered)
-        if map_timeout is not None and not map_timeout > 0:
-            raise ValueError("{}: map_timeout must be a positive number of seconds or None, got {!r}".format(
-                name, map_timeout))
-        self.map_timeout = map_timeout
-        self._waiting_since: List[Optional[float]] = [None] * num_workers   # work in flight, no answer since
-        self._hung: Optional[WorkerError] = None
-        self._guard = DataFlowReentrantGuard(name)
-        self._in_flight = [0] * num_workers      # tasks sent to each worker, not yet answered
-        self._generation = 0                     # of the current strict iteration; older replies are dropped
-        self._generation_in_flight = 0           # tasks of the current generation not yet answered
-        self._source: Optional[Iterator[Any]] = None
-        self._next_key = 0
-        self._passes = 0                         # continuous mode: source passes begun (seeds the tasks)
-        self._pass_start = 0                     # continuous mode: key when the source last restarted
-        self._empty_passes = 0                   # continuous mode: source passes in a row without a datapoint
-        self._next_yield = 0
-        self._pending: Dict[int, Any] = {}       # ordered mode: answers waiting for their turn
-        self._ready: Deque[Tuple[int, Any]] = collections.deque()   # (key, result) due to be yielded, in order
-        #: Seeds every datapoint's randomness with (base_seed, epoch, index); drawn at reset_state().
-        self.base_seed: Optional[int] = None
-        self._position = MapPosition()
-        self._in_epoch = False                   # a strict epoch began and did not end
-        self._resume_pending = False             # set_state() was called: the next iter() continues
-        self._not_resumable: Optional[List[Optional[NotResumableError]]] = None    # checked once
-        self._started = False
-        self._closed = False
-
-    def reset_state(self) -> None:
-        """Reset the source (in this process), draw the seed of the datapoints' randomness and
-        start the workers (once)."""
-        if self._closed:
-            raise RuntimeError("{} is closed".format(type(self).__name__))
-        self.ds.reset_state()
-        self.base_seed = int(new_rng(self).randint(0, 2 ** 32, dtype=np.int64))
-        self._position = MapPosition()
-        self._in_epoch = self._resume_pending = False
-        if not self._started:
-            self._start()
-            self._started = True
-
-    # ------------------------------------------------------------------------------ the workers (subclasses)
-
-    def _start(self) -> None:
-        """Start the workers."""
-        raise NotImplementedError
-
-    def _submit(self, rank: int, task: List[Any]) -> None:
-        """Send ``task = [generation, ticket, payload]`` to worker ``rank``."""
-        raise NotImplementedError
-
-    def _receive(self, timeout: float) -> Optional[Tuple[int, List[Any]]]:
-        """One answer ``(rank, [generation, ticket, result])``, or None after ``timeout`` seconds."""
-        raise NotImplementedError
-
-    def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
-        """The worker's ``(name, pid or None)``, for error messages."""
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------------------ resuming
-
-    def check_resumable(self) -> None:
-        if not self.strict:
-            raise NotResumableError(
-                "{}(strict=False) is not resumable: it reads its source continuously and yields the work in "
-                "flight at the end of an epoch in the next one, so no saved position describes what it "
-                "yielded; use strict=True (every epoch exactly the source's datapoints), which is".format(
-                    type(self).__name__))
-        super().check_resumable()
-
-    def _resumability(self) -> Optional[NotResumableError]:
-        if self._not_resumable is None:
-            try:
-                self.check_resumable()
-                self._not_resumable = [None]
-            except NotResumableError as err:
-                # Kept without its traceback: the traceback's frames (and their callers') would keep
-                # the datapoints they held alive, and with them the workers' shared memory.
-                self._not_resumable = [err.with_traceback(None)]
-        return self._not_resumable[0]
-
-    def get_state(self) -> Dict[str, Any]:
-        """The position after the last datapoint yielded: ``seed`` (of the datapoints'
-        randomness), ``epoch``, ``index`` (every task before it yielded or dropped), ``done``
-        (tasks after it already yielded: unordered maps only) and ``input`` (the source's state
-        right after task ``index - 1`` was read). A restore re-reads the source from ``input``,
-        maps again the work that was in flight and skips ``done``.
-
-        Only ``strict=True`` maps are resumable (NotResumableError otherwise)."""
-        why = self._resumability()
-        if why is not None:
-            raise NotResumableError(str(why))
-        if self.base_seed is None:
-            raise RuntimeError("{}: call reset_state() before get_state()".format(type(self).__name__))
-        if self._in_epoch:
-            fields = self._position.fields()
-        else:
-            fields = {"epoch": self._position.epoch, "index": 0, "done": [], "input": self.ds.get_state()}
-        state = {"type": type(self).__name__, "seed": self.base_seed}
-        state.update(fields)
-        return state
-
-    def _check_state(self, state: Any, plan: StatePlan) -> None:
-        """Continue after the datapoint ``state`` was taken at (from :meth:`get_state` of a map with
-        the same arguments; any number of workers). Call ``set_state`` after ``reset_state()``."""
-        name = type(self).__name__
-        why = self._resumability()
-        if why is not None:
-            raise NotResumableError(str(why))
-        if not self._started or self._closed:
-            raise RuntimeError("{}: call reset_state() before set_state(){}".format(
-                name, " (it is closed)" if self._closed else ""))
-        size = get_length(self.ds)
-        state = checked_map_state(self, state, self.ordered, None if size is None else -(-size // self._task_size))
-        check_input_state(self, self.ds, state["input"], plan)
-
-        def restore() -> None:
-            self.base_seed = state["seed"]
-            self._position.start(state["epoch"], state["index"], state["done"], state["input"])
-            self._in_epoch = self._resume_pending = True
-        plan.then(restore)
-
-    # ---------------------------------------------------------------------------- scheduling
-
-    def _make_task(self, source: Iterator[Any]) -> Any:
-        """The next unit of work from ``source`` (raises StopIteration at its end)."""
-        return next(source)
-
-    def _fill(self, restart_source: bool) -> None:
-        """Send source datapoints to workers while fewer than ``buffer_size`` are in flight."""
-        track = self.strict and self._resumability() is None
-        position = self._position
-        while sum(self._in_flight) + len(self._pending) + len(self._ready) < self.buffer_size:
-            if self._source is None:
-                return
-            try:
-                task = self._make_task(self._source)
-            except StopIteration:
-                self._source = iter(self.ds) if restart_source else None
-                self._empty_passes = self._empty_passes + 1 if self._next_key == self._pass_start else 0
-                if restart_source and empty_passes_mean_stuck(self.ds, self._empty_passes):
-                    raise RuntimeError("{}: the source {} produced no datapoints in {}".format(
-                        type(self).__name__, type(self.ds).__name__,
-                        empty_passes_text(self._empty_passes, "a whole pass", "passes"))) from None
-                self._pass_start = self._next_key
-                self._passes += 1
-                continue
-            key = self._next_key
-            self._next_key += 1
-            if self.strict:
-                if track:
-                    position.read(key, self.ds.get_state())
-                if position.skip(key):
-                    raise_if_stopping(self)
-                    continue                       # yielded before the state this epoch was restored from
-                ticket = [key, self.base_seed, position.epoch, key * self._task_size]
-            else:
-                ticket = [key, self.base_seed, self._passes, (key - self._pass_start) * self._task_size]
-            rank = min(range(len(self._in_flight)), key=self._in_flight.__getitem__)   # least loaded
-            self._submit(rank, [self._generation, ticket, task])
-            if not self._in_flight[rank]:
-                self._waiting_since[rank] = time.monotonic()
-            self._in_flight[rank] += 1
-            self._generation_in_flight += 1
-
-    def _collect(self) -> None:
-        """Wait up to one poll interval for an answer; move the results now due to ``_ready``."""
-        if self._hung is not None:
-            raise self._hung
-        got = self._receive(POLL_INTERVAL)
-        if got is None:
-            self._check_hung()
-            raise_if_stopping(self)
-            return
-        rank, (generation, ticket, result) = got
-        key = ticket[0]
-        self._in_flight[rank] -= 1
-        self._waiting_since[rank] = time.monotonic() if self._in_flight[rank] else None
-        self._check_hung()                         # also while other workers keep answering
-        if generation != self._generation:
-            return                                 # left over from an abandoned strict epoch
-        self._generation_in_flight -= 1
-        if not self.ordered:
-            self._ready.append((key, result))
-            return
-        self._pending[key] = result
-        while self._next_yield in self._pending:
-            self._ready.append((self._next_yield, self._pending.pop(self._next_yield)))
-            self._next_yield += 1
-
-    def _check_hung(self) -> None:
-        """Raise a WorkerError for a worker that has had work and no answer for ``map_timeout``."""
-        if self.map_timeout is None:
-            return
-        now = time.monotonic()
-        for rank, since in enumerate(self._waiting_since):
-            if since is not None and now - since > self.map_timeout:
-                worker, pid = self._describe_worker(rank)
-                self._hung = WorkerError(type(self).__name__, worker, pid=pid, reason=(
-                    "has not answered for {:.1f} s with {} datapoint(s) in flight (map_timeout={} s): is "
-                    "map_func stuck?".format(now - since, self._in_flight[rank], self.map_timeout)))
-                raise self._hung
-
-    def __iter__(self) -> Iterator[Any]:
-        if self._closed or not self._started:
-            raise RuntimeError("{}: call reset_state() before iterating{}".format(
-                type(self).__name__, " (it is closed)" if self._closed else ""))
-        with self._guard:
-            yield from (self._iter_strict() if self.strict else self._iter_continuous())
-
-    def _iter_strict(self) -> Iterator[Any]:
-        track = self._resumability() is None
-        position = self._position
-        if self._resume_pending:                   # continue the restored epoch
-            self._resume_pending = False
-        else:
-            if self._in_epoch:                     # the last iteration was abandoned: a new epoch
-                position.epoch += 1
-            position.start(position.epoch, 0, (), self.ds.get_state() if track else None)
-        self._in_epoch = True
-        self._generation += 1
-        self._generation_in_flight = 0
-        self._pending.clear()
-        self._ready.clear()
-        self._next_key = self._next_yield = position.watermark
-        self._source = iter(self.ds)
-        while True:
-            while self._ready:
-                key, result = self._ready.popleft()
-                position.passed(key)
-                if result is not None:
-                    yield result
-            self._fill(restart_source=False)
-            if self._source is None and self._generation_in_flight == 0 and not self._pending:
-                break
-            self._collect()
-        position.epoch += 1
-        self._in_epoch = False
-
-    def _iter_continuous(self) -> Iterator[Any]:
-        size = get_length(self)
-        if self._source is None:
-            self._source = iter(self.ds)
-            self._pass_start = self._next_key
-        answered = 0
-        while size is None or answered < size:
-            if self._ready:
-                answered += 1
-                _, result = self._ready.popleft()
-                if result is not None:
-                    yield result
-                continue
-            self._fill(restart_source=True)
-            self._collect()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def _apply(map_func: Callable, batch_size: Optional[int], task: Any, ticket: List[int],
-           reseed_global: bool, allocate: Optional[Callable[..., np.ndarray]] = None) -> Any:
-    """Map one task, each datapoint in its own :func:`~inputpipe.utils.seeding.datapoint_context`
-    seeded from ``ticket = [key, base_seed, epoch, index of the task's first datapoint]``;
-    ``reseed_global`` (process workers) also reseeds numpy's and Python's global RNGs. A batch is
-    built as the results come, in arrays from ``allocate`` (a worker's shared memory)."""
-    _, base_seed, epoch, index = ticket
-    if batch_size is None:
-        with datapoint_context(derive_seed(base_seed, epoch, index), reseed_global):
-            return map_func(task)
-    builder = BatchBuilder(len(task)) if allocate is None else BatchBuilder(len(task), allocate)
-    for offset, dp in enumerate(task):
-        with datapoint_context(derive_seed(base_seed, epoch, index + offset), reseed_global):
-            result = map_func(dp)
-        if result is not None:
-            builder.add(result)
-    return builder.batch()
-
 
 # ------------------------------------------------------------------------------------- threads
 
@@ -419,6 +93,11 @@ class MultiThreadMapData(_ParallelMapBase):
     It is also an instance of the original exception's class where that class allows it (see
     :func:`~inputpipe.utils.errors.worker_error_class`), so ``except ValueError`` still works.
 
+    ``num_thread="auto"`` (or an :class:`~inputpipe.dataflow.autoscale.Autoscale`) lets a
+    controller choose the number of threads while it runs, within the CPU budget (threads that
+    wait for I/O count for the CPU they use); ``buffer_size="auto"`` keeps 2 datapoints in flight
+    per thread (4 when ordered). See :mod:`~inputpipe.dataflow.autoscale`.
+
     tensorpack's old style still works, with a ``DeprecationWarning``: ``nr_thread=``, and
     ``buffer_size`` and ``strict`` passed by position after ``map_func``.
 
@@ -430,42 +109,70 @@ class MultiThreadMapData(_ParallelMapBase):
             contents = [dp for dp in df]
     """
 
-    def __init__(self, ds: DataFlow, num_thread: Optional[int] = None,
+    _worker_kind = "threads"
+
+    def __init__(self, ds: DataFlow, num_thread: Any = None,
                  map_func: Optional[Callable[[Any], Any]] = None, *old_positional: Any,
-                 buffer_size: int = _DEFAULT_BUFFER_SIZE, strict: bool = False, ordered: bool = False,
+                 buffer_size: Any = _DEFAULT_BUFFER_SIZE, strict: bool = False, ordered: bool = False,
                  map_timeout: Optional[float] = None, **old_names: Any):
         num_thread, map_func, buffer_size, strict = _old_style_arguments(
             type(self).__name__, "num_thread", num_thread, map_func, old_positional, buffer_size, strict, old_names)
-        super().__init__(ds, num_thread, buffer_size, strict, ordered, map_timeout)
+        super().__init__(ds, num_thread, buffer_size, strict, ordered, map_timeout, "num_thread")
         self.map_func = map_func
         self._results: "queue.Queue[Any]" = queue.Queue()      # bounded by buffer_size tasks in flight
-        self._threads: List[_MapThread] = []
+        self._threads: List[_MapThread] = []     # by rank, retired ones too (their statistics)
+        self._cpu = CpuSeconds(thread_cpu_seconds)
         self._failure: Optional[WorkerError] = None
         self._finalizer: Optional[weakref.finalize] = None
 
+    def _new_thread(self, rank: int) -> _MapThread:
+        thread = _MapThread("{}-thread-{}".format(type(self).__name__, rank), rank, self.map_func, queue.Queue(),
+                            self._results)
+        self._threads.append(thread)
+        thread.start()
+        return thread
+
     def _start(self) -> None:
-        self._threads = [_MapThread("{}-thread-{}".format(type(self).__name__, i), i, self.map_func,
-                                    queue.Queue(), self._results) for i in range(self.num_workers)]
-        self._finalizer = weakref.finalize(self, _stop_threads, list(self._threads))
-        for thread in self._threads:
-            thread.start()
+        self._threads = []
+        # the finalizer holds the list itself: threads added later are stopped too
+        self._finalizer = weakref.finalize(self, _stop_threads, self._threads)
+        for rank in range(self.num_workers):
+            self._new_thread(rank)
+
+    def _add_worker(self) -> Optional[int]:
+        return self._new_thread(len(self._threads)).rank
+
+    def _retire_worker(self, rank: int) -> None:
+        self._threads[rank].stop()       # it holds no task: it ends within a poll interval
 
     def _submit(self, rank: int, task: Any) -> None:
         self._threads[rank].tasks.put(task)
 
     def worker_stats(self) -> List[Dict[str, Any]]:
-        """One dict per thread, cumulative since the threads started:
-        ``{"rank": int, "busy_seconds": float, "items": int}``, the time inside ``map_func`` and
-        the number of datapoints mapped. Empty before ``reset_state()``.
+        """One dict per thread ever started, cumulative since it started:
+        ``{"rank": int, "busy_seconds": float, "items": int, "active": bool}``, the time inside
+        ``map_func`` and the number of datapoints mapped; a thread retired by ``"auto"`` or
+        ``set_num_workers`` keeps its last values (``"active": False``). Empty before
+        ``reset_state()``.
 
         Example::
 
             busy_share = [s["busy_seconds"] / elapsed for s in df.worker_stats()]
         """
-        return [{"rank": t.rank, "busy_seconds": t.busy_seconds, "items": t.items} for t in self._threads]
+        active = set(self._active)
+        return [{"rank": t.rank, "busy_seconds": t.busy_seconds, "items": t.items, "active": t.rank in active}
+                for t in self._threads]
+
+    def _scaling_cpu_seconds(self) -> Optional[float]:
+        return self._cpu.total([t.native_id for t in self._threads if t.native_id is not None and t.is_alive()])
 
     def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
         return self._threads[rank].name, None
+
+    @property
+    def num_thread(self) -> int:
+        """Threads that take datapoints now."""
+        return self.num_workers
 
     def _receive(self, timeout: float):
         if self._failure is not None:       # the failed thread has ended: raise again, never wait
@@ -482,7 +189,7 @@ class MultiThreadMapData(_ParallelMapBase):
         return rank, answer
 
     def close(self) -> None:
-        """Stop and join the threads, then close the source ``ds``."""
+        """Stop and join the threads (added ones too), then close the source ``ds``."""
         self._closed = True
         if self._finalizer is not None:
             self._finalizer()
@@ -524,10 +231,13 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
 
     Args:
         ds: the source DataFlow.
-        num_proc: number of worker processes.
+        num_proc: number of worker processes, or ``"auto"`` (or an
+            :class:`~inputpipe.dataflow.autoscale.Autoscale`): a controller chooses it while the
+            map runs, within the CPU and memory budget (:mod:`~inputpipe.dataflow.autoscale`).
         map_func: a function of one datapoint; returns the new datapoint or ``None`` to drop it.
             Module-level (picklable) for ``start_method="spawn"``/``"forkserver"``.
-        buffer_size: at most this many datapoints in flight (sent and not yet yielded).
+        buffer_size: at most this many datapoints in flight (sent and not yet yielded);
+            ``"auto"``: 2 per worker (4 when ``ordered``), following the worker count.
         strict: exactly the datapoints of one source epoch per epoch (see the module doc).
         ordered: yield in source order (a slow datapoint holds back the ones after it).
         start_method: ``"fork"`` (default on Linux), ``"forkserver"`` or ``"spawn"``.
@@ -556,16 +266,22 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
 
     _batch_size: Optional[int] = None
 
-    def __init__(self, ds: DataFlow, num_proc: Optional[int] = None, map_func: Optional[Callable[[Any], Any]] = None,
-                 *old_positional: Any, buffer_size: int = _DEFAULT_BUFFER_SIZE, strict: bool = False,
+    def __init__(self, ds: DataFlow, num_proc: Any = None, map_func: Optional[Callable[[Any], Any]] = None,
+                 *old_positional: Any, buffer_size: Any = _DEFAULT_BUFFER_SIZE, strict: bool = False,
                  ordered: bool = False, start_method: Optional[str] = None, shm_bytes: Optional[int] = None,
                  map_timeout: Optional[float] = None, **old_names: Any):
         num_proc, map_func, buffer_size, strict = _old_style_arguments(
             type(self).__name__, "num_proc", num_proc, map_func, old_positional, buffer_size, strict, old_names)
-        super().__init__(ds, num_proc, buffer_size, strict, ordered, map_timeout)
+        super().__init__(ds, num_proc, buffer_size, strict, ordered, map_timeout, "num_proc")
         self.map_func = map_func
-        self._pool = WorkerPool(type(self).__name__, _serve_map, num_proc, (map_func, self._batch_size),
+        self._pool = WorkerPool(type(self).__name__, _serve_map, self.num_workers, (map_func, self._batch_size),
                                 start_method, shm_bytes)
+        self._cpu = CpuSeconds(process_cpu_seconds)
+
+    @property
+    def num_proc(self) -> int:
+        """Worker processes that take datapoints now."""
+        return self.num_workers
 
     def _start(self) -> None:
         self._pool.start()
@@ -574,7 +290,26 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         self._pool.send(rank, task)
 
     def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
-        return "worker {}".format(rank), self.worker_pids[rank]
+        return "worker {}".format(rank), self._pool.pid_of(rank)
+
+    def _add_worker(self) -> Optional[int]:
+        try:
+            return self._pool.add_worker()
+        except OSError as err:                 # e.g. out of file descriptors: keep the workers there are
+            logger.warning("%s: cannot add a worker (%s); staying at %d", type(self).__name__, err,
+                           self.num_workers)
+            return None
+
+    def _retire_worker(self, rank: int) -> None:
+        self._pool.retire_worker(rank)
+
+    def _scaling_cpu_seconds(self) -> Optional[float]:
+        return self._cpu.total(self._pool.pids)
+
+    def _workers_memory(self, precise: bool) -> Tuple[int, int]:
+        read = process_private_memory if precise else process_memory
+        sizes = [read(pid) or 0 for pid in self._pool.pids]
+        return sum(sizes), (max(sizes) if sizes else 0)
 
     def _receive(self, timeout: float):
         return self._pool.receive(timeout)
@@ -600,7 +335,9 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
     process boundary.
 
     Args:
-        buffer_size: datapoints in flight; default ``3 * batch_size * num_proc``.
+        num_proc: worker processes, or ``"auto"`` (see :class:`MultiProcessMapData`).
+        buffer_size: datapoints in flight; default ``3 * batch_size * num_proc`` (``"auto"`` when
+            ``num_proc`` is: 2 batches per worker, 4 when ordered).
 
     Example::
 
@@ -612,15 +349,15 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
 
     _batch_size: int        # always set (checked) in __init__
 
-    def __init__(self, ds: DataFlow, num_proc: Optional[int] = None, map_func: Optional[Callable[[Any], Any]] = None,
-                 batch_size: Optional[int] = None, buffer_size: Optional[int] = None, **kwargs: Any):
+    def __init__(self, ds: DataFlow, num_proc: Any = None, map_func: Optional[Callable[[Any], Any]] = None,
+                 batch_size: Optional[int] = None, buffer_size: Any = None, **kwargs: Any):
         name = type(self).__name__
         num_proc = renamed_argument(name, kwargs, "nr_proc", "num_proc", num_proc, None)
-        num_proc = _check_positive(name, "num_proc", num_proc)
+        num_proc = worker_count(name, "num_proc", num_proc)
         self._batch_size = self._task_size = _check_positive(name, "batch_size", batch_size)
         if buffer_size is None:
-            buffer_size = 3 * self._batch_size * num_proc
-        batches_in_flight = max(1, buffer_size // self._batch_size)
+            buffer_size = AUTO if not isinstance(num_proc, int) else 3 * self._batch_size * num_proc
+        batches_in_flight = buffer_size if buffer_size == AUTO else max(1, buffer_size // self._batch_size)
         super().__init__(ds, num_proc, map_func, buffer_size=batches_in_flight, **kwargs)
 
     def __len__(self) -> int:

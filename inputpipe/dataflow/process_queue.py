@@ -34,7 +34,7 @@ from ..utils.concurrency import POLL_INTERVAL
 from ..utils.errors import WorkerError, exception_type_named, failure_report, worker_error_class
 from ..utils.seeding import get_global_seed
 from ..utils.serialize import _loads_wire, dumps
-from ..utils.workers import _worker_main
+from ..utils.processes import _worker_main
 from .base import DataFlow
 from .tensorpack_helpers import DIE
 

@@ -31,10 +31,12 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequenc
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.errors import WorkerError
 from ..utils.logger import get_logger
-from ._ray_runtime import ActorPool, Lost, start_local_ray
+from ._ray_runtime import ACTOR_START_TIMEOUT, ActorPool, Lost, start_local_ray
 from .base import DataFlow, DataFlowReentrantGuard
+from .autoscale import AUTO, worker_count
 from .parallel import _check_positive
-from .parallel_map import _DEFAULT_BUFFER_SIZE, MultiProcessMapAndBatchData, _ParallelMapBase
+from ._map_scheduler import _DEFAULT_BUFFER_SIZE, _ParallelMapBase, nbytes
+from .parallel_map import MultiProcessMapAndBatchData
 
 __all__ = ["RayMapData", "RayMapAndBatchData", "RayShardedData", "start_local_ray"]
 
@@ -44,21 +46,6 @@ logger = get_logger(__name__)
 DEFAULT_MAX_BUFFER_BYTES = 1 << 30
 #: A datapoint (or shard) whose actor died this many times is an error, not bad luck.
 MAX_ATTEMPTS = 3
-
-
-def _nbytes(value: Any) -> int:
-    """Bytes of the arrays and byte strings in a datapoint (its components, one level down)."""
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_nbytes_leaf(v) for v in value)
-    return _nbytes_leaf(value)
-
-
-def _nbytes_leaf(value: Any) -> int:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return len(value)
-    return int(getattr(value, "nbytes", 0) or 0)
 
 
 class _RedoTracker:
@@ -91,9 +78,12 @@ class RayMapData(_ParallelMapBase):
 
     Args:
         ds: the source DataFlow.
-        num_actors: number of Ray actors (each asks for one CPU unless ``actor_options`` says).
+        num_actors: number of Ray actors (each asks for one CPU unless ``actor_options`` says), or
+            ``"auto"``: a controller adds actors while the cluster has CPUs free for them and the
+            consumer waits, and retires them when it does not (:mod:`~inputpipe.dataflow.autoscale`).
         map_func: a function of one datapoint; returns the new datapoint or ``None`` to drop it.
-        buffer_size: at most this many datapoints in flight (sent and not yet yielded).
+        buffer_size: at most this many datapoints in flight (sent and not yet yielded);
+            ``"auto"``: 4 per actor (2 when not ordered).
         strict, ordered, map_timeout: as for ``MultiProcessMapData``.
         ray_address: None (this process' Ray, or a local instance started for this flow),
             ``"auto"`` or ``"ray://host:port"``.
@@ -112,17 +102,18 @@ class RayMapData(_ParallelMapBase):
     """
 
     _batch_size: Optional[int] = None
+    _worker_kind = "actors"
+    _ready_when_added = False
 
-    def __init__(self, ds: DataFlow, num_actors: int, map_func: Callable[[Any], Any], *,
-                 buffer_size: int = _DEFAULT_BUFFER_SIZE, strict: bool = False, ordered: bool = True,
+    def __init__(self, ds: DataFlow, num_actors: Any, map_func: Callable[[Any], Any], *,
+                 buffer_size: Any = _DEFAULT_BUFFER_SIZE, strict: bool = False, ordered: bool = True,
                  map_timeout: Optional[float] = None, ray_address: Optional[str] = None,
                  actor_options: Optional[Dict[str, Any]] = None,
                  max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES):
         name = type(self).__name__
         if not callable(map_func):
             raise TypeError("{}: map_func must be callable, got {!r}".format(name, map_func))
-        super().__init__(ds, _check_positive(name, "num_actors", num_actors), buffer_size, strict, ordered,
-                         map_timeout)
+        super().__init__(ds, num_actors, buffer_size, strict, ordered, map_timeout, "num_actors")
         self.map_func = map_func
         self.max_buffer_bytes = _check_positive(name, "max_buffer_bytes", max_buffer_bytes)
         self.ray_address = ray_address
@@ -132,6 +123,8 @@ class RayMapData(_ParallelMapBase):
         self._parked: Dict[int, List[List[Any]]] = collections.defaultdict(list)   # for restarting actors
         self._arrived: Deque[Any] = collections.deque()
         self._redo = _RedoTracker(name)
+        self._busy: Dict[int, float] = collections.defaultdict(float)   # rank -> seconds in map calls
+        self._items: Dict[int, int] = collections.defaultdict(int)
         self._pool: Optional[ActorPool] = None
         self._finalizer: Optional[weakref.finalize] = None
 
@@ -151,12 +144,44 @@ class RayMapData(_ParallelMapBase):
         """The pids of the actors (current after a restart, once the new one has started)."""
         if self._pool is None:
             return []
-        return [self._pool.current_pid(rank, timeout=30.0) for rank in range(self.num_workers)]
+        return [self._pool.current_pid(rank, timeout=30.0) for rank in self._active]
+
+    @property
+    def num_actors(self) -> int:
+        """Actors that take datapoints now."""
+        return self.num_workers
+
+    def worker_stats(self) -> List[Dict[str, Any]]:
+        """One dict per actor ever started: ``{"rank", "busy_seconds", "items", "active"}``, the
+        seconds its ``map`` calls took and the tasks it answered, as received here."""
+        if self._pool is None:
+            return []
+        active = set(self._active)
+        return [{"rank": rank, "busy_seconds": self._busy[rank], "items": self._items[rank], "active": rank in active}
+                for rank in range(len(self._pool.actors))]
 
     def _start(self) -> None:
         self._pool = ActorPool(type(self).__name__, self.num_workers, self.map_func, self._batch_size,
                                self.ray_address, self.actor_options)
         self._finalizer = weakref.finalize(self, self._pool.close)
+
+    def _add_worker(self) -> Optional[int]:
+        assert self._pool is not None
+        return self._pool.add_actor()
+
+    def _retire_worker(self, rank: int) -> None:
+        assert self._pool is not None
+        self._parked.pop(rank, None)
+        self._pool.retire(rank)
+
+    def _worker_capacity(self) -> Optional[int]:
+        """The actors there are, plus as many as the cluster's free CPUs can place."""
+        assert self._pool is not None
+        free = self._pool.free_cpus()
+        per_actor = float(self._pool.options.get("num_cpus") or 0)
+        if free is None or per_actor <= 0:
+            return None
+        return self._active_workers() + int(free // per_actor)
 
     def _submit(self, rank: int, task: List[Any]) -> None:
         assert self._pool is not None
@@ -172,8 +197,18 @@ class RayMapData(_ParallelMapBase):
     def _receive(self, timeout: float):
         assert self._pool is not None
         for rank in self._pool.back():
+            if rank in self._starting:                 # added while running: now placed
+                self._activate(rank)
             for task in self._parked.pop(rank, []):
                 self._submit(rank, task)
+        for rank in self._pool.overdue():
+            if rank in self._starting:                 # the cluster could not place it: give up on it
+                logger.warning("%s: actor %d was not placed within %.0f s (the cluster's free resources); "
+                               "staying at %d actors", type(self).__name__, rank, ACTOR_START_TIMEOUT,
+                               len(self._active))
+                self._starting.remove(rank)
+                self._retired(rank)
+                self._workers_changed()
         if not self._arrived:
             self._arrived.extend(self._pool.wait(list(self._calls), timeout))
         while self._arrived:
@@ -186,9 +221,12 @@ class RayMapData(_ParallelMapBase):
                     self._redo.lost((task[0], task[1][0]), "datapoint #{}".format(task[1][0]), why)
                     self._parked[rank].append(task)    # sent again when Ray has restarted the actor
                 else:
-                    self._in_flight[rank] -= 1         # work of an abandoned epoch: forget it
+                    self._answered(rank)               # work of an abandoned epoch: forget it
                 continue
-            self._largest_result = max(self._largest_result, _nbytes(result))
+            result, seconds = result
+            self._busy[rank] += seconds
+            self._items[rank] += 1
+            self._largest_result = max(self._largest_result, nbytes(result))
             return rank, [task[0], task[1], result]
         return None
 
@@ -213,7 +251,8 @@ class RayMapAndBatchData(RayMapData):
     so one call and one object per batch cross Ray (the per-call cost is shared by the batch).
 
     Args:
-        buffer_size: datapoints in flight; default ``3 * batch_size * num_actors``.
+        buffer_size: datapoints in flight; default ``3 * batch_size * num_actors`` (``"auto"`` when
+            ``num_actors`` is).
         other arguments: as for :class:`RayMapData`.
 
     Example::
@@ -225,14 +264,15 @@ class RayMapAndBatchData(RayMapData):
             assert [batch[0].shape for batch in df] == [(16,)] * 4
     """
 
-    def __init__(self, ds: DataFlow, num_actors: int, map_func: Callable[[Any], Any], batch_size: int, *,
-                 buffer_size: Optional[int] = None, **kwargs: Any):
+    def __init__(self, ds: DataFlow, num_actors: Any, map_func: Callable[[Any], Any], batch_size: int, *,
+                 buffer_size: Any = None, **kwargs: Any):
         name = type(self).__name__
-        num_actors = _check_positive(name, "num_actors", num_actors)
+        num_actors = worker_count(name, "num_actors", num_actors)
         self._batch_size = self._task_size = _check_positive(name, "batch_size", batch_size)
         if buffer_size is None:
-            buffer_size = 3 * batch_size * num_actors
-        super().__init__(ds, num_actors, map_func, buffer_size=max(1, buffer_size // batch_size), **kwargs)
+            buffer_size = AUTO if not isinstance(num_actors, int) else 3 * batch_size * num_actors
+        batches = buffer_size if buffer_size == AUTO else max(1, buffer_size // batch_size)
+        super().__init__(ds, num_actors, map_func, buffer_size=batches, **kwargs)
 
     __len__ = MultiProcessMapAndBatchData.__len__
     _make_task = MultiProcessMapAndBatchData._make_task

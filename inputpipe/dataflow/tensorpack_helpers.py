@@ -43,7 +43,7 @@ import numpy as np
 
 from ..utils.logger import get_logger
 from ..utils.seeding import new_rng
-from ..utils.workers import _set_parent_death_signal
+from ..utils.processes import _set_parent_death_signal
 
 __all__ = ["get_rng", "get_tqdm_kwargs", "get_tqdm", "log_once", "log_deprecated", "deprecated", "timed_operation",
            "mkdir_p", "download", "maybe_download", "create_dummy_class", "shape2d", "call_only_once", "memoized_method",

@@ -31,7 +31,7 @@ from .errors import InputSourceError, failure_error
 from .placement import on_host
 from .session import hooked_session
 from .signature import normalize_signature
-from .stats import InputStats
+from .stats import InputStats, dataflow_in_process
 
 __all__ = ["InputSource", "FeedfreeInput", "InputSourceHook", "InputStepHook", "Tower", "timed_input"]
 
@@ -525,6 +525,7 @@ class InputStepHook(tf.compat.v1.train.SessionRunHook):
     def begin(self) -> None:
         self._deps = FetchDependencies(self.source._graph)
         self.source.stats.configure(advice=self.source._in_worker_advice())
+        self.source.stats.watch_workers(dataflow_in_process(self.source))
         self._per_batch = self.source._datapoints_per_batch()
         with self.source._graph.as_default():
             scalars = [s for s in InputStats.SCALARS if s != "queue_size" or s in self.source._source_stat_tensors()]

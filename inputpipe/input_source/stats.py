@@ -1,11 +1,15 @@
-"""Per-step input statistics: queue occupancy and the time the train step waited for input.
+"""Per-step input statistics: queue occupancy, the time the train step waited for input, and
+the worker counts of the DataFlow's ``"auto"`` stages.
 
 Each InputSource has an :class:`InputStats` (``source.stats``). Its hook fills it on every step
 that consumes inputs, from values fetched in that same ``session.run`` (no extra run). The
 ``tf.compat.v1.summary`` scalars that show the latest values in TensorBoard read them from
 Python (a ``tf.numpy_function``) only in the runs that evaluate them, so a step pays nothing
 for them. When the steps spend more than ``warn_fraction`` of their time waiting for input, a
-warning is logged (at most once every ``warn_interval`` seconds).
+warning is logged (at most once every ``warn_interval`` seconds). The stages of the source's
+DataFlow whose worker count is ``"auto"`` (in the training process) are reported too: their
+current counts in :meth:`InputStats.summary` (``"workers/<stage>"``) and as the scalars
+``input/workers/<stage>``, and how they changed in :meth:`InputStats.worker_history`.
 
 Example::
 
@@ -14,6 +18,7 @@ Example::
 """
 import collections
 import functools
+import re
 import threading
 import time
 from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -21,6 +26,7 @@ from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from ..dataflow.autoscale import WorkerCountChange, auto_stages, stage_name
 from ..utils.logger import get_logger
 from .placement import on_host
 
@@ -110,6 +116,25 @@ def _rate(value: float) -> str:
     return "{:,.0f}".format(value) if value >= 10 else "{:.2g}".format(value)
 
 
+def dataflow_in_process(source: Any) -> Optional[Any]:
+    """The DataFlow that ``source`` (or the source it wraps) iterates in this process; None when
+    it has none or runs it in a worker process (``in_worker=True``)."""
+    seen = 0
+    while source is not None and seen < 16:
+        state = getattr(source, "__dict__", {})
+        if state.get("in_worker"):
+            return None
+        if state.get("ds") is not None:
+            return state["ds"]
+        source, seen = state.get("_input"), seen + 1
+    return None
+
+
+def _tag(name: str) -> str:
+    """A stage name as a summary tag: ``MultiProcessMapData(decode)`` -> ``MultiProcessMapData_decode``."""
+    return re.sub(r"[^\w.\-]+", "_", name).strip("_") or "stage"
+
+
 class InputStats:
     """Statistics of one InputSource, updated once per consuming step.
 
@@ -138,6 +163,7 @@ class InputStats:
         self.warmup_steps = warmup_steps
         self._lock = threading.Lock()
         self._summaries: List[tf.Tensor] = []
+        self._stages: List[Tuple[str, Any]] = []       # (name, flow) of the auto stages watched
         self.reset()
 
     def reset(self) -> None:
@@ -158,6 +184,30 @@ class InputStats:
             self._feed_first: Optional[FeedSample] = None     # feeding thread's counters after warm-up
             self._feed_last: Optional[FeedSample] = None
             self._last_warning = -float("inf")
+
+    # -- the DataFlow's "auto" stages ------------------------------------------------------------
+    def watch_workers(self, df: Any) -> List[str]:
+        """Report the worker counts of the ``"auto"`` stages of the chain ending at ``df`` (None:
+        none); returns their names, made unique (``"MultiProcessMapData(decode)"``, then ``"#2"``...)."""
+        stages: List[Tuple[str, Any]] = []
+        for flow in auto_stages(df) if df is not None else []:
+            name = stage_name(flow)
+            taken = {n for n, _ in stages}
+            unique, k = name, 2
+            while unique in taken:
+                unique, k = "{}#{}".format(name, k), k + 1
+            stages.append((unique, flow))
+        self._stages = stages
+        return [name for name, _ in stages]
+
+    def worker_counts(self) -> Dict[str, int]:
+        """``{stage name: workers now}`` of the watched ``"auto"`` stages that have started."""
+        return {name: int(flow.worker_count_history()[-1].count) for name, flow in self._stages
+                if flow.worker_count_history()}
+
+    def worker_history(self) -> Dict[str, List[WorkerCountChange]]:
+        """``{stage name: [WorkerCountChange(time, count, reason), ...]}`` of the watched stages."""
+        return {name: flow.worker_count_history() for name, flow in self._stages}
 
     def configure(self, advice: Optional[str] = None) -> None:
         """``advice``: the setup that runs the DataFlow outside the training process (e.g.
@@ -283,7 +333,7 @@ class InputStats:
                 "consumed_per_s": totals.consumed_per_s,
                 "dataflow_cpu_ms_per_step": _ms(totals.dataflow_cpu_per_step),
                 "feed_cpu_ms_per_step": _ms(totals.feed_cpu_per_step),
-            }
+            } | {"workers/" + name: count for name, count in self.worker_counts().items()}
 
     # -- TensorBoard ----------------------------------------------------------------------------
     def latest(self, stat: str) -> float:
@@ -295,9 +345,17 @@ class InputStats:
         default graph (added to the SUMMARIES collection, so ``merge_all()`` includes them).
         Each reads :meth:`latest` when it is evaluated: the values of the last consuming step
         that finished. Only ``scalars`` are made (a source without a queue leaves out
-        ``queue_size``). Idempotent: a second call creates nothing."""
+        ``queue_size``). Each watched ``"auto"`` stage (:meth:`watch_workers`) gets one more,
+        ``input/workers/<stage>``: its worker count when evaluated. Idempotent: a second call
+        creates nothing."""
         if self._summaries:
             return []
+        for name, _ in self._stages:
+            with tf.name_scope("input_source_stats"), on_host():
+                value = tf.numpy_function(functools.partial(self._workers_array, name), [], tf.float32,
+                                          stateful=True, name="workers_" + _tag(name))
+                value.set_shape([])
+            self._summaries.append(tf.compat.v1.summary.scalar("input/workers/" + _tag(name), value))
         for stat in [s for s in self.SCALARS if s in scalars]:
             with tf.name_scope("input_source_stats"), on_host():     # numpy_function: no GPU kernel
                 value = tf.numpy_function(functools.partial(self._latest_array, stat), [], tf.float32,
@@ -308,3 +366,6 @@ class InputStats:
 
     def _latest_array(self, stat: str) -> np.float32:
         return np.float32(self.latest(stat))
+
+    def _workers_array(self, name: str) -> np.float32:
+        return np.float32(self.worker_counts().get(name, 0))

@@ -564,12 +564,23 @@ class ParentEnd:
     def send_command(self, obj: Any) -> None:
         self._commands.send_bytes(serialize.dumps(obj))
 
+    @property
+    def commands_closed(self) -> bool:
+        return self._commands.closed
+
+    def close_commands(self) -> None:
+        """Close the command pipe only: the worker's :meth:`WorkerEnd.receive_command` raises
+        EOFError once it has taken the commands sent before, while what it sends still arrives."""
+        if not self._commands.closed:
+            fork_guard.forget(self._commands.fileno())
+            self._commands.close()
+
     def close(self) -> None:
         """Close the pipes and drop the segment (its memory lives while arrays still use it)."""
+        self.close_commands()
         if not self.connection.closed:
-            fork_guard.forget(self.connection.fileno(), self._commands.fileno())
+            fork_guard.forget(self.connection.fileno())
         self.connection.close()
-        self._commands.close()
         self._states = None
         self._mm = None
 

@@ -1,0 +1,522 @@
+"""The scheduler shared by the parallel maps (threads, processes, Ray actors).
+
+The consumer's thread iterates the source DataFlow and hands each datapoint, numbered, to the
+least busy active worker; at most ``buffer_size`` datapoints are in flight (sent and not yet
+yielded), so memory stays bounded and a slow consumer makes the workers wait. Every reply
+carries its number, so nothing is lost or duplicated, whichever worker maps it and however many
+workers there are: the set of workers may change at any moment (``"auto"`` worker counts,
+``set_num_workers``). A new worker gets a new rank; a retiring one gets no new task and is
+stopped once it has answered all it holds. See :mod:`.parallel_map` for the modes.
+
+Example::
+
+    class MyMap(_ParallelMapBase):      # provides _start, _submit, _receive, _add_worker, ...
+        ...
+"""
+import collections
+import time
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tuple
+
+import numpy as np
+
+from ..utils.compat import no_other_arguments, renamed_argument, warn_deprecated
+from ..utils.concurrency import POLL_INTERVAL
+from ..utils.errors import WorkerError
+from ..utils.seeding import datapoint_context, derive_seed, new_rng
+from ._map_position import MapPosition, checked_map_state
+from ._state import StatePlan, check_input_state
+from .autoscale import AUTO, ResizableStage, buffer_setting, worker_count
+from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, empty_passes_mean_stuck,
+                   empty_passes_text, get_length, raise_if_stopping)
+from .batch import BatchBuilder
+
+_DEFAULT_BUFFER_SIZE = 200
+
+
+def _old_style_arguments(name: str, count_name: str, count: Any, map_func: Optional[Callable],
+                         positional: Tuple[Any, ...], buffer_size: Any, strict: bool,
+                         old_names: Dict[str, Any]) -> Tuple[Any, Callable, Any, bool]:
+    """tensorpack before 0.9: ``nr_proc=``/``nr_thread=``, and ``buffer_size``, ``strict`` passed
+    positionally after ``map_func``. Returns ``(count, map_func, buffer_size, strict)``; the
+    count is an int or an :class:`~.autoscale.Autoscale` (``"auto"``)."""
+    count = renamed_argument(name, old_names, "nr_" + count_name.split("_")[1], count_name, count, None)
+    no_other_arguments(name, old_names)
+    if len(positional) > 2:
+        raise TypeError("{}() takes at most 5 positional arguments ({} given)".format(name, 3 + len(positional)))
+    if positional:
+        if buffer_size != _DEFAULT_BUFFER_SIZE or strict is not False:
+            raise TypeError("{}: buffer_size/strict passed both by position and by keyword".format(name))
+        warn_deprecated("{}: buffer_size and strict passed by position is tensorpack's old style; it still "
+                        "works but is deprecated: pass buffer_size= and strict= as keywords".format(name))
+        buffer_size = positional[0]
+        strict = positional[1] if len(positional) > 1 else strict
+    if not callable(map_func):
+        raise TypeError("{}: map_func must be callable, got {!r}".format(name, map_func))
+    return worker_count(name, count_name, count), map_func, buffer_size, strict
+
+
+class _ParallelMapBase(ResizableStage, ProxyDataFlow):
+    """The scheduler shared by the thread, process and Ray maps.
+
+    Subclasses provide ``_start()`` (starting ``num_workers`` workers, ranks ``0..n-1``),
+    ``_submit(rank, task)`` with ``task = [generation, ticket, payload]``, ``_receive(timeout)``
+    returning ``(rank, [generation, ticket, result])`` or None, ``_describe_worker(rank)``
+    returning the worker's ``(name, pid or None)`` for error messages, and ``close()``.
+    ``ticket = [key, base_seed, epoch, index]``: ``key`` is the task's number in its epoch
+    (strict) or overall, the rest seeds the payload's first datapoint (:func:`_apply`). To change
+    size they provide ``_add_worker()`` (start one, return its new rank, or None when it cannot)
+    and ``_retire_worker(rank)`` (stop one that holds no work), and ``_scaling_counters()``.
+
+    Strict maps are resumable (:meth:`get_state`/:meth:`set_state`): see :mod:`._map_position`.
+    """
+
+    #: Datapoints in one task (the map-and-batch flows: ``batch_size``).
+    _task_size = 1
+    #: Whether a worker added while running takes tasks at once (a Ray actor waits to be placed:
+    #: the subclass calls :meth:`_activate` when it is).
+    _ready_when_added = True
+
+    def __init__(self, ds: DataFlow, num_workers: Any, buffer_size: Any, strict: bool, ordered: bool,
+                 map_timeout: Optional[float] = None, count_name: str = "num_workers"):
+        super().__init__(ds)
+        name = type(self).__name__
+        self.strict = bool(strict)
+        self.ordered = bool(ordered)
+        #: Workers that take tasks now (the controller changes it for ``"auto"``).
+        self.num_workers = self._init_workers(name, count_name, num_workers)
+        self._auto_buffer = buffer_setting(name, buffer_size) == AUTO
+        self.buffer_size = self._buffer_for(self.num_workers) if self._auto_buffer else buffer_size
+        if map_timeout is not None and not map_timeout > 0:
+            raise ValueError("{}: map_timeout must be a positive number of seconds or None, got {!r}".format(
+                name, map_timeout))
+        self.map_timeout = map_timeout
+        self._active: List[int] = []             # ranks that get tasks, in the order they started
+        self._starting: List[int] = []           # ranks added that do not take tasks yet
+        self._retiring: Set[int] = set()         # ranks that get no more tasks and still hold some
+        self._waiting_since: Dict[int, Optional[float]] = {}   # rank -> work in flight, no answer since
+        self._hung: Optional[WorkerError] = None
+        self._guard = DataFlowReentrantGuard(name)
+        self._in_flight: Dict[int, int] = {}     # rank -> tasks sent to it, not yet answered
+        self._in_flight_total = 0
+        self._added_at: Optional[float] = None   # when the latest worker was added (it warms up)
+        self._result_bytes = 0                   # of a result sampled for the memory budget
+        self._sample_result = False
+        self._generation = 0                     # of the current strict iteration; older replies are dropped
+        self._generation_in_flight = 0           # tasks of the current generation not yet answered
+        self._source: Optional[Iterator[Any]] = None
+        self._next_key = 0
+        self._passes = 0                         # continuous mode: source passes begun (seeds the tasks)
+        self._pass_start = 0                     # continuous mode: key when the source last restarted
+        self._empty_passes = 0                   # continuous mode: source passes in a row without a datapoint
+        self._next_yield = 0
+        self._pending: Dict[int, Any] = {}       # ordered mode: answers waiting for their turn
+        self._ready: Deque[Tuple[int, Any]] = collections.deque()   # (key, result) due to be yielded, in order
+        #: Seeds every datapoint's randomness with (base_seed, epoch, index); drawn at reset_state().
+        self.base_seed: Optional[int] = None
+        self._position = MapPosition()
+        self._in_epoch = False                   # a strict epoch began and did not end
+        self._resume_pending = False             # set_state() was called: the next iter() continues
+        self._not_resumable: Optional[List[Optional[NotResumableError]]] = None    # checked once
+        self._started = False
+        self._closed = False
+
+    def reset_state(self) -> None:
+        """Reset the source (in this process), draw the seed of the datapoints' randomness and
+        start the workers (once)."""
+        if self._closed:
+            raise RuntimeError("{} is closed".format(type(self).__name__))
+        self.ds.reset_state()
+        self.base_seed = int(new_rng(self).randint(0, 2 ** 32, dtype=np.int64))
+        self._position = MapPosition()
+        self._in_epoch = self._resume_pending = False
+        if not self._started:
+            self._start()
+            self._started = True
+            self._active = list(range(self.num_workers))
+            for rank in self._active:
+                self._in_flight[rank] = 0
+                self._waiting_since[rank] = None
+            self._begin_scaling()
+
+    # ------------------------------------------------------------------------------ the workers (subclasses)
+
+    def _start(self) -> None:
+        """Start the workers."""
+        raise NotImplementedError
+
+    def _submit(self, rank: int, task: List[Any]) -> None:
+        """Send ``task = [generation, ticket, payload]`` to worker ``rank``."""
+        raise NotImplementedError
+
+    def _receive(self, timeout: float) -> Optional[Tuple[int, List[Any]]]:
+        """One answer ``(rank, [generation, ticket, result])``, or None after ``timeout`` seconds."""
+        raise NotImplementedError
+
+    def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
+        """The worker's ``(name, pid or None)``, for error messages."""
+        raise NotImplementedError
+
+    def _add_worker(self) -> Optional[int]:
+        """Start one more worker; its new rank, or None when none can be started now."""
+        raise NotImplementedError
+
+    def _retire_worker(self, rank: int) -> None:
+        """Stop worker ``rank``, which holds no task (every one it got was answered)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------ changing size
+
+    def _buffer_for(self, workers: int) -> int:
+        """``buffer_size="auto"``: tasks in flight for ``workers`` workers (4 each when ordered,
+        where a slow task holds back the ones after it; 2 otherwise)."""
+        return (4 if self.ordered else 2) * workers
+
+    def _workers_changed(self) -> None:
+        self.num_workers = len(self._active)
+        if self._auto_buffer:
+            self.buffer_size = self._buffer_for(self.num_workers)
+
+    def _active_workers(self) -> int:
+        return len(self._active) + len(self._starting)
+
+    def _grow_one(self) -> bool:
+        rank = self._add_worker()
+        if rank is None:
+            return False
+        self._in_flight[rank] = 0
+        self._waiting_since[rank] = None
+        (self._active if self._ready_when_added else self._starting).append(rank)
+        self._added_at = time.monotonic()
+        self._workers_changed()
+        return True
+
+    def _activate(self, rank: int) -> None:
+        """Worker ``rank``, added while running, is ready for tasks."""
+        self._starting.remove(rank)
+        self._active.append(rank)
+        self._workers_changed()
+
+    def _shrink_one(self) -> bool:
+        if self._starting:                         # not placed yet: holds no work
+            self._retired(self._starting.pop())
+            return True
+        if len(self._active) <= 1:
+            return False
+        # the least loaded worker (the newest of those): it is done soonest
+        rank = min(reversed(self._active), key=self._in_flight.__getitem__)
+        self._active.remove(rank)
+        self._workers_changed()
+        if self._in_flight[rank]:
+            self._retiring.add(rank)
+        else:
+            self._retired(rank)
+        return True
+
+    def _retired(self, rank: int) -> None:
+        """Worker ``rank`` holds no more work: stop it."""
+        self._retiring.discard(rank)
+        del self._in_flight[rank]
+        del self._waiting_since[rank]
+        self._retire_worker(rank)
+
+    def _answered(self, rank: int) -> None:
+        """Worker ``rank`` answered a task (or one it held was given up)."""
+        self._in_flight[rank] -= 1
+        self._in_flight_total -= 1
+        if self._in_flight[rank]:
+            self._waiting_since[rank] = time.monotonic()
+        else:
+            self._waiting_since[rank] = None
+            if rank in self._retiring:
+                self._retired(rank)
+
+    def _workers_starting(self) -> bool:
+        """Whether the latest worker added has not answered yet (for at most 5 s)."""
+        if self._starting:
+            return True
+        if self._added_at is None:
+            return False
+        newest = self._active[-1] if self._active else None
+        if time.monotonic() - self._added_at > 5.0 or newest is None or self._worker_items(newest) > 0:
+            self._added_at = None
+            return False
+        return True
+
+    def _worker_items(self, rank: int) -> int:
+        """Tasks worker ``rank`` has answered (from its statistics)."""
+        for stats in self.worker_stats():
+            if stats["rank"] == rank:
+                return int(stats["items"])
+        return 0
+
+    def worker_stats(self) -> List[Dict[str, Any]]:
+        raise NotImplementedError
+
+    def _scaling_counters(self) -> Tuple[float, int]:
+        stats = self.worker_stats()
+        return sum(s["busy_seconds"] for s in stats), sum(int(s["items"]) for s in stats)
+
+    def _workers_memory(self, precise: bool) -> Tuple[int, int]:
+        """``(bytes the workers hold, bytes one more would)``; 0 for workers in this process."""
+        return 0, 0
+
+    def _scaling_memory(self, precise: bool = False) -> Tuple[int, int]:
+        self._sample_result = True                 # the next result's size, for the next decision
+        workers, per_worker = self._workers_memory(precise)
+        task_bytes = self._result_bytes
+        per_worker += (self._buffer_for(1) * task_bytes) if self._auto_buffer else 0
+        return workers + self.buffer_size * task_bytes, per_worker
+
+    # ------------------------------------------------------------------------------ resuming
+
+    def check_resumable(self) -> None:
+        if not self.strict:
+            raise NotResumableError(
+                "{}(strict=False) is not resumable: it reads its source continuously and yields the work in "
+                "flight at the end of an epoch in the next one, so no saved position describes what it "
+                "yielded; use strict=True (every epoch exactly the source's datapoints), which is".format(
+                    type(self).__name__))
+        super().check_resumable()
+
+    def _resumability(self) -> Optional[NotResumableError]:
+        if self._not_resumable is None:
+            try:
+                self.check_resumable()
+                self._not_resumable = [None]
+            except NotResumableError as err:
+                # Kept without its traceback: the traceback's frames (and their callers') would keep
+                # the datapoints they held alive, and with them the workers' shared memory.
+                self._not_resumable = [err.with_traceback(None)]
+        return self._not_resumable[0]
+
+    def get_state(self) -> Dict[str, Any]:
+        """The position after the last datapoint yielded: ``seed`` (of the datapoints'
+        randomness), ``epoch``, ``index`` (every task before it yielded or dropped), ``done``
+        (tasks after it already yielded: unordered maps only) and ``input`` (the source's state
+        right after task ``index - 1`` was read). A restore re-reads the source from ``input``,
+        maps again the work that was in flight and skips ``done``.
+
+        Only ``strict=True`` maps are resumable (NotResumableError otherwise)."""
+        why = self._resumability()
+        if why is not None:
+            raise NotResumableError(str(why))
+        if self.base_seed is None:
+            raise RuntimeError("{}: call reset_state() before get_state()".format(type(self).__name__))
+        if self._in_epoch:
+            fields = self._position.fields()
+        else:
+            fields = {"epoch": self._position.epoch, "index": 0, "done": [], "input": self.ds.get_state()}
+        state = {"type": type(self).__name__, "seed": self.base_seed}
+        state.update(fields)
+        return state
+
+    def _check_state(self, state: Any, plan: StatePlan) -> None:
+        """Continue after the datapoint ``state`` was taken at (from :meth:`get_state` of a map with
+        the same arguments; any number of workers). Call ``set_state`` after ``reset_state()``."""
+        name = type(self).__name__
+        why = self._resumability()
+        if why is not None:
+            raise NotResumableError(str(why))
+        if not self._started or self._closed:
+            raise RuntimeError("{}: call reset_state() before set_state(){}".format(
+                name, " (it is closed)" if self._closed else ""))
+        size = get_length(self.ds)
+        state = checked_map_state(self, state, self.ordered, None if size is None else -(-size // self._task_size))
+        check_input_state(self, self.ds, state["input"], plan)
+
+        def restore() -> None:
+            self.base_seed = state["seed"]
+            self._position.start(state["epoch"], state["index"], state["done"], state["input"])
+            self._in_epoch = self._resume_pending = True
+        plan.then(restore)
+
+    # ---------------------------------------------------------------------------- scheduling
+
+    def _make_task(self, source: Iterator[Any]) -> Any:
+        """The next unit of work from ``source`` (raises StopIteration at its end)."""
+        return next(source)
+
+    def _fill(self, restart_source: bool) -> None:
+        """Send source datapoints to workers while fewer than ``buffer_size`` are in flight."""
+        track = self.strict and self._resumability() is None
+        position = self._position
+        while self._in_flight_total + len(self._pending) + len(self._ready) < self.buffer_size:
+            if self._source is None:
+                return
+            try:
+                task = self._make_task(self._source)
+            except StopIteration:
+                self._source = iter(self.ds) if restart_source else None
+                self._empty_passes = self._empty_passes + 1 if self._next_key == self._pass_start else 0
+                if restart_source and empty_passes_mean_stuck(self.ds, self._empty_passes):
+                    raise RuntimeError("{}: the source {} produced no datapoints in {}".format(
+                        type(self).__name__, type(self.ds).__name__,
+                        empty_passes_text(self._empty_passes, "a whole pass", "passes"))) from None
+                self._pass_start = self._next_key
+                self._passes += 1
+                continue
+            key = self._next_key
+            self._next_key += 1
+            if self.strict:
+                if track:
+                    position.read(key, self.ds.get_state())
+                if position.skip(key):
+                    raise_if_stopping(self)
+                    continue                       # yielded before the state this epoch was restored from
+                ticket = [key, self.base_seed, position.epoch, key * self._task_size]
+            else:
+                ticket = [key, self.base_seed, self._passes, (key - self._pass_start) * self._task_size]
+            rank = min(self._active, key=self._in_flight.__getitem__)    # the least loaded
+            self._submit(rank, [self._generation, ticket, task])
+            if not self._in_flight[rank]:
+                self._waiting_since[rank] = time.monotonic()
+            self._in_flight[rank] += 1
+            self._in_flight_total += 1
+            self._generation_in_flight += 1
+
+    def _collect(self) -> None:
+        """Wait up to one poll interval for an answer; move the results now due to ``_ready``.
+        The consumer waits here (nothing is ready), so here the controller measures and acts."""
+        if self._hung is not None:
+            raise self._hung
+        scaling = self._scaling
+        if scaling is None:
+            got = self._receive(POLL_INTERVAL)
+        else:
+            if time.monotonic() >= scaling.due:
+                scaling.run()
+            started = time.monotonic()
+            got = self._receive(POLL_INTERVAL)
+            self._waited += time.monotonic() - started
+        if got is None:
+            self._check_hung()
+            raise_if_stopping(self)
+            return
+        rank, (generation, ticket, result) = got
+        key = ticket[0]
+        self._answered(rank)
+        if self._sample_result:
+            self._sample_result = False
+            self._result_bytes = nbytes(result)
+        self._check_hung()                         # also while other workers keep answering
+        if generation != self._generation:
+            return                                 # left over from an abandoned strict epoch
+        self._generation_in_flight -= 1
+        if not self.ordered:
+            self._ready.append((key, result))
+            return
+        self._pending[key] = result
+        while self._next_yield in self._pending:
+            self._ready.append((self._next_yield, self._pending.pop(self._next_yield)))
+            self._next_yield += 1
+
+    def _check_hung(self) -> None:
+        """Raise a WorkerError for a worker that has had work and no answer for ``map_timeout``."""
+        if self.map_timeout is None:
+            return
+        now = time.monotonic()
+        for rank, since in self._waiting_since.items():
+            if since is not None and now - since > self.map_timeout:
+                worker, pid = self._describe_worker(rank)
+                self._hung = WorkerError(type(self).__name__, worker, pid=pid, reason=(
+                    "has not answered for {:.1f} s with {} datapoint(s) in flight (map_timeout={} s): is "
+                    "map_func stuck?".format(now - since, self._in_flight[rank], self.map_timeout)))
+                raise self._hung
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._closed or not self._started:
+            raise RuntimeError("{}: call reset_state() before iterating{}".format(
+                type(self).__name__, " (it is closed)" if self._closed else ""))
+        with self._guard:
+            yield from (self._iter_strict() if self.strict else self._iter_continuous())
+
+    def _iter_strict(self) -> Iterator[Any]:
+        track = self._resumability() is None
+        position = self._position
+        if self._resume_pending:                   # continue the restored epoch
+            self._resume_pending = False
+        else:
+            if self._in_epoch:                     # the last iteration was abandoned: a new epoch
+                position.epoch += 1
+            position.start(position.epoch, 0, (), self.ds.get_state() if track else None)
+        self._in_epoch = True
+        self._generation += 1
+        self._generation_in_flight = 0
+        self._pending.clear()
+        self._ready.clear()
+        self._next_key = self._next_yield = position.watermark
+        self._source = iter(self.ds)
+        while True:
+            while self._ready:
+                key, result = self._ready.popleft()
+                position.passed(key)
+                if result is not None:
+                    yield result
+            self._fill(restart_source=False)
+            if self._source is None and self._generation_in_flight == 0 and not self._pending:
+                break
+            self._collect()
+        position.epoch += 1
+        self._in_epoch = False
+
+    def _iter_continuous(self) -> Iterator[Any]:
+        size = get_length(self)
+        if self._source is None:
+            self._source = iter(self.ds)
+            self._pass_start = self._next_key
+        answered = 0
+        while size is None or answered < size:
+            if self._ready:
+                answered += 1
+                _, result = self._ready.popleft()
+                if result is not None:
+                    yield result
+                continue
+            self._fill(restart_source=True)
+            self._collect()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        self._end_scaling()
+        super().close()
+
+
+def nbytes(value: Any) -> int:
+    """Bytes of the arrays and byte strings in a datapoint (its components, one level down)."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes_leaf(v) for v in value)
+    return _nbytes_leaf(value)
+
+
+def _nbytes_leaf(value: Any) -> int:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value)
+    return int(getattr(value, "nbytes", 0) or 0)
+
+
+def _apply(map_func: Callable, batch_size: Optional[int], task: Any, ticket: List[int],
+           reseed_global: bool, allocate: Optional[Callable[..., np.ndarray]] = None) -> Any:
+    """Map one task, each datapoint in its own :func:`~inputpipe.utils.seeding.datapoint_context`
+    seeded from ``ticket = [key, base_seed, epoch, index of the task's first datapoint]``;
+    ``reseed_global`` (process workers) also reseeds numpy's and Python's global RNGs. A batch is
+    built as the results come, in arrays from ``allocate`` (a worker's shared memory)."""
+    _, base_seed, epoch, index = ticket
+    if batch_size is None:
+        with datapoint_context(derive_seed(base_seed, epoch, index), reseed_global):
+            return map_func(task)
+    builder = BatchBuilder(len(task)) if allocate is None else BatchBuilder(len(task), allocate)
+    for offset, dp in enumerate(task):
+        with datapoint_context(derive_seed(base_seed, epoch, index + offset), reseed_global):
+            result = map_func(dp)
+        if result is not None:
+            builder.add(result)
+    return builder.batch()
+
+

@@ -1,0 +1,595 @@
+"""Worker counts chosen while the pipeline runs: ``num_proc="auto"``, ``num_thread="auto"``,
+``num_actors="auto"`` and ``buffer_size="auto"``.
+
+A stage given ``"auto"`` (or an :class:`Autoscale` with settings) starts with a few workers and
+a :class:`Controller` that runs in the consumer's thread, on the iteration path: a time check per
+datapoint, and a decision once per interval (half a second by default). Over the last interval
+it measures the share of time the consumer waited for a result, the share of time the workers
+were busy, and the rate of results. It grows the stage when the consumer waits and the workers
+are busy (toward the worker count that would feed the consumer's own rate, at most doubling per
+step), shrinks it by one when the consumer never waits and at least a worker's worth of time is
+idle (the trainer needs those CPUs), and undoes a growth that did not make the stage faster.
+After a change it lets the workers settle for an interval before it measures again.
+
+It never exceeds the budget of :mod:`inputpipe.utils.resources`, shared by every auto stage of
+the process: worker processes count one CPU each, threads count the CPU they were measured to
+use (threads that wait for I/O take little), and the workers' own memory (``/proc``) plus the
+results in flight stay under the memory budget. An explicit number pins a stage; a pinned or an
+auto stage can also be set by hand with ``set_num_workers(n)``. Changing the count keeps every
+guarantee of the stage: each datapoint once, the order of ordered maps, resumable state and
+the same output for any number of workers.
+
+Example::
+
+    df = MultiProcessMapData(DataFromList(files), "auto", decode, strict=True, buffer_size="auto")
+    df.reset_state()
+    for dp in df:
+        ...
+    df.worker_count_history()      # [WorkerCountChange(time, count, reason), ...]
+"""
+import collections
+import math
+import threading
+import time
+import weakref
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple, Union
+
+from ..utils import resources
+from ..utils.logger import get_logger
+
+__all__ = ["AUTO", "Autoscale", "Controller", "Measurement", "WorkerCountChange", "ResizableStage", "CpuSeconds",
+           "auto_stages", "stage_name"]
+
+logger = get_logger(__name__)
+
+#: The value that asks for a worker count (or buffer size) chosen while running.
+AUTO = "auto"
+#: The consumer waited at least this share of an interval ...
+GROW_WAIT = 0.10
+#: ... while the workers were busy at least this share: more workers would feed it faster.
+GROW_BUSY = 0.85
+#: The consumer waited less than this share, and ...
+SHRINK_WAIT = 0.02
+#: ... at least this many workers' worth of time was idle: one fewer does the same work.
+SHRINK_IDLE = 1.2
+#: A growth must deliver at least this share of its ideal speed-up, or it is undone.
+MIN_GAIN = 0.25
+#: Intervals a count that was undone stays out of reach (then it is tried again).
+BLOCKED_INTERVALS = 20
+#: An interval lasts at least this many tasks of a worker (long tasks: longer intervals).
+TASKS_PER_INTERVAL = 3
+#: Changes kept in a stage's history (the oldest are dropped).
+HISTORY_LIMIT = 1000
+#: Threads of an auto thread stage per CPU of the budget, at most (threads waiting for I/O).
+THREADS_PER_CPU = 8
+#: An auto stage starts with this many workers (fewer when the budget is smaller).
+START_WORKERS = 2
+
+
+class WorkerCountChange(NamedTuple):
+    """One entry of a stage's ``worker_count_history()``: ``time`` (``time.time()``), the
+    ``count`` of active workers from then on, and the ``reason`` in words."""
+    time: float
+    count: int
+    reason: str
+
+
+class Measurement(NamedTuple):
+    """What the controller measured over one interval of ``seconds``, with ``workers`` active:
+    ``wait_share`` (of the time the consumer waited for a result with none ready),
+    ``busy_share`` (of the workers' time spent on work), ``delivered_per_s`` (results),
+    ``demand_per_s`` (the results per second the consumer would take if it never waited; None
+    when it only waited), ``task_seconds`` (a worker's mean time per task), ``cpus_used`` (CPUs
+    the workers used, None when unknown) and ``memory_bytes`` (the stage's workers and buffers)."""
+    seconds: float
+    workers: int
+    wait_share: float
+    busy_share: float
+    delivered_per_s: float
+    demand_per_s: Optional[float]
+    task_seconds: Optional[float]
+    cpus_used: Optional[float]
+    memory_bytes: int
+
+
+class Autoscale:
+    """Settings of an ``"auto"`` stage; pass one wherever ``"auto"`` is accepted.
+
+    Args:
+        interval: seconds between decisions (longer when a task takes longer: at least
+            three tasks of a worker); 0 decides at every datapoint (for tests).
+        start: workers at start (default ``min(2, budget)``).
+        min_workers, max_workers: the range of the count (default 1 and the budget's).
+        cpu_budget, memory_budget: this stage's budget instead of the process' one
+            (:func:`inputpipe.utils.resources.set_budget`), in CPUs and bytes.
+        policy: a function of a :class:`Measurement` returning the worker count wanted (None:
+            no change) instead of the built-in rules; the budgets still apply.
+        settle_intervals: intervals not measured after a change.
+
+    Example::
+
+        df = MultiThreadMapData(ds, Autoscale(interval=1.0, max_workers=16), read_file)
+    """
+
+    def __init__(self, *, interval: float = 0.5, start: Optional[int] = None, min_workers: int = 1,
+                 max_workers: Optional[int] = None, cpu_budget: Optional[int] = None,
+                 memory_budget: Optional[int] = None, policy: Optional[Callable[[Measurement], Optional[int]]] = None,
+                 settle_intervals: int = 1):
+        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not interval >= 0:
+            raise ValueError("Autoscale: interval must be a number of seconds >= 0, got {!r}".format(interval))
+        for name, value, optional in (("start", start, True), ("min_workers", min_workers, False),
+                                      ("max_workers", max_workers, True), ("cpu_budget", cpu_budget, True),
+                                      ("memory_budget", memory_budget, True)):
+            if not (optional and value is None) and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError("Autoscale: {} must be an int >= 1{}, got {!r}".format(
+                    name, " or None" if optional else "", value))
+        if max_workers is not None and max_workers < min_workers:
+            raise ValueError("Autoscale: max_workers ({}) is below min_workers ({})".format(max_workers, min_workers))
+        if policy is not None and not callable(policy):
+            raise TypeError("Autoscale: policy must be callable, got {!r}".format(policy))
+        if not isinstance(settle_intervals, int) or settle_intervals < 0:
+            raise ValueError("Autoscale: settle_intervals must be an int >= 0, got {!r}".format(settle_intervals))
+        self.interval = float(interval)
+        self.start = start
+        self.min_workers = min_workers
+        self.max_workers = max_workers
+        self.cpu_budget = cpu_budget
+        self.memory_budget = memory_budget
+        self.policy = policy
+        self.settle_intervals = settle_intervals
+
+    def __repr__(self) -> str:
+        return "Autoscale(interval={}, start={}, max_workers={})".format(self.interval, self.start, self.max_workers)
+
+    def cpus(self) -> int:
+        return self.cpu_budget if self.cpu_budget is not None else resources.cpu_budget()
+
+    def memory(self) -> Optional[int]:
+        return self.memory_budget if self.memory_budget is not None else resources.memory_budget()
+
+    def limit(self, kind: str) -> int:
+        """The most workers of this ``kind`` (``"processes"``, ``"threads"``, ``"actors"``)."""
+        if self.max_workers is not None:
+            return self.max_workers
+        cpus = self.cpus()
+        return min(64, THREADS_PER_CPU * cpus) if kind == "threads" else (64 if kind == "actors" else cpus)
+
+    def start_count(self, kind: str) -> int:
+        """Workers at start: ``start``, else ``min(2, budget)``, within the range."""
+        count = self.start if self.start is not None else min(START_WORKERS, self.limit(kind), self.cpus())
+        return max(self.min_workers, min(count, self.limit(kind)))
+
+
+def worker_count(component: str, name: str, value: Any) -> Union[int, Autoscale]:
+    """``value`` checked as a worker count: an int >= 1 (pinned), ``"auto"`` or an
+    :class:`Autoscale`; a ValueError naming the component and the argument otherwise."""
+    if isinstance(value, Autoscale):
+        return value
+    if isinstance(value, str) and value == AUTO:
+        return Autoscale()
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError("{}: {} must be an int >= 1 or 'auto', got {!r}".format(component, name, value))
+    return value
+
+
+def buffer_setting(component: str, value: Any, name: str = "buffer_size") -> Union[int, str]:
+    """``value`` checked as a buffer size: an int >= 1 or ``"auto"``."""
+    if isinstance(value, str) and value == AUTO:
+        return AUTO
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError("{}: {} must be an int >= 1 or 'auto', got {!r}".format(component, name, value))
+    return value
+
+
+# ------------------------------------------------------------------------------------- the stages
+
+class _Registry:
+    """The controllers alive in this process: they share the budget."""
+    lock = threading.Lock()
+    controllers: "weakref.WeakSet[Controller]" = weakref.WeakSet()
+
+    @classmethod
+    def others(cls, me: "Controller") -> Tuple[float, int]:
+        """CPUs and memory claimed by the other stages."""
+        with cls.lock:
+            others = [c for c in cls.controllers if c is not me]
+        return sum(c.claimed_cpus for c in others), sum(c.claimed_memory for c in others)
+
+
+def stage_name(flow: Any) -> str:
+    """A short name of a stage: its class and its function's name, e.g.
+    ``"MultiProcessMapData(decode)"``."""
+    func = getattr(flow, "map_func", None)
+    name = getattr(func, "__name__", None) or (type(func).__name__ if func is not None else None)
+    return "{}({})".format(type(flow).__name__, name) if name else type(flow).__name__
+
+
+def auto_stages(df: Any) -> List[Any]:
+    """The stages of the chain ending at ``df`` whose worker count is ``"auto"``, outermost first
+    (following ``ds`` and ``df_lists``, as the doctor does)."""
+    found: List[Any] = []
+    seen = set()
+    todo = [df]
+    while todo:
+        flow = todo.pop(0)
+        if id(flow) in seen:
+            continue
+        seen.add(id(flow))
+        if getattr(flow, "autoscaled", False) is True:
+            found.append(flow)
+        state = getattr(flow, "__dict__", {})
+        if state.get("ds") is not None:
+            todo.append(state["ds"])
+        for entry in state.get("df_lists") or ():
+            todo.append(entry[0] if isinstance(entry, tuple) and entry else entry)
+    return found
+
+
+class _Request:
+    """A worker count asked for with ``set_num_workers`` on a pinned stage: applied once, at the
+    next datapoint, in the consumer's thread."""
+    due = 0.0
+
+    def __init__(self, stage: Any):
+        self.stage = stage
+
+    def run(self) -> None:
+        stage = self.stage
+        stage._scaling = None
+        requested, stage._requested = stage._requested, None
+        if requested is not None:
+            stage._resize_to(requested, "requested")
+
+
+class Controller:
+    """Decides the worker count of one ``"auto"`` stage (see the module doc). The stage calls
+    :meth:`run` from its consumer's thread when ``time.monotonic() >= controller.due``.
+
+    Example::
+
+        controller = Controller(stage, Autoscale(interval=0.5), "processes")
+        ...
+        if time.monotonic() >= controller.due:
+            controller.run()
+    """
+
+    def __init__(self, stage: Any, settings: Autoscale, kind: str):
+        self.stage = stage
+        self.settings = settings
+        self.kind = kind
+        self.claimed_cpus = 0.0
+        self.claimed_memory = 0
+        self.decisions = 0
+        self.decision_seconds = 0.0             # CPU time of this thread spent in decisions
+        self._settling = 0
+        self._last_change: Optional[Tuple[int, int, float]] = None    # (from, to, rate before)
+        self._ceiling: Optional[Tuple[int, int]] = None   # (count, until decision) not to reach
+        self._floor: Optional[Tuple[int, int]] = None
+        self._task_seconds: Optional[float] = None
+        self._per_worker_memory = 0
+        self._base = self._sample()
+        self.due = self._base[0] + settings.interval
+        with _Registry.lock:
+            _Registry.controllers.add(self)
+
+    # -- measuring ------------------------------------------------------------------------------
+    def _sample(self) -> Tuple[float, float, float, int, Optional[float]]:
+        """``(time, waited, busy seconds, items, CPU seconds)`` of the stage, cumulative."""
+        busy, items = self.stage._scaling_counters()
+        return time.monotonic(), self.stage._waited, busy, items, self.stage._scaling_cpu_seconds()
+
+    def _measure(self, now: Tuple[float, float, float, int, Optional[float]]) -> Measurement:
+        t0, waited0, busy0, items0, cpu0 = self._base
+        t1, waited1, busy1, items1, cpu1 = now
+        seconds = max(t1 - t0, 1e-9)
+        workers = self.stage._active_workers()
+        waited = min(max(waited1 - waited0, 0.0), seconds)
+        items = max(items1 - items0, 0)
+        busy = max(busy1 - busy0, 0.0)
+        working = seconds - waited
+        memory, self._per_worker_memory = self.stage._scaling_memory()
+        return Measurement(
+            seconds=seconds, workers=workers, wait_share=waited / seconds,
+            busy_share=min(1.0, busy / (seconds * workers)), delivered_per_s=items / seconds,
+            demand_per_s=items / working if items and working > 1e-3 else None,
+            task_seconds=busy / items if items else None,
+            cpus_used=None if cpu0 is None or cpu1 is None else max(0.0, cpu1 - cpu0) / seconds,
+            memory_bytes=memory)
+
+    def _rebase(self, sample: Tuple[float, float, float, int, Optional[float]]) -> None:
+        self._base = sample
+        interval = self.settings.interval
+        if self._task_seconds is not None and interval > 0:
+            interval = max(interval, TASKS_PER_INTERVAL * self._task_seconds)
+        self.due = sample[0] + interval
+
+    # -- deciding -------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Measure the interval that ended, decide, resize; in the consumer's thread."""
+        started = time.thread_time()
+        try:
+            self._run()
+        finally:
+            self.decisions += 1
+            self.decision_seconds += time.thread_time() - started
+
+    def request(self) -> None:
+        """A count was asked for with ``set_num_workers``: apply it at the next datapoint."""
+        self.due = 0.0
+
+    def _run(self) -> None:
+        stage = self.stage
+        requested, stage._requested = stage._requested, None
+        if requested is not None:
+            self._change(requested, "requested", None)
+            self._rebase(self._sample())
+            return
+        sample = self._sample()
+        if self._settling > 0 or stage._workers_starting():
+            self._settling = max(0, self._settling - 1)
+            self._rebase(sample)
+            return
+        m = self._measure(sample)
+        if m.task_seconds is not None:
+            self._task_seconds = m.task_seconds
+        self._publish_claims(m)
+        target, reason = self._decide(m)
+        if target is not None:
+            target, reason = self._within_budget(m, target, reason)
+            if target != m.workers:
+                self._change(target, reason, m)
+        self._rebase(self._sample() if target is not None and target != m.workers else sample)
+
+    def _decide(self, m: Measurement) -> Tuple[Optional[int], str]:
+        if self.settings.policy is not None:
+            return self.settings.policy(m), "policy"
+        n = m.workers
+        shares = "the consumer waited {:.0%} of {:.2f} s, {} workers busy {:.0%}, {} results/s".format(
+            m.wait_share, m.seconds, n, m.busy_share, _rate(m.delivered_per_s))
+        undone = self._undo_if_unhelpful(m)
+        if undone is not None:
+            return undone
+        if m.wait_share >= GROW_WAIT and m.busy_share >= GROW_BUSY:
+            step = 1
+            if m.demand_per_s and m.delivered_per_s > 0:
+                needed = int(math.ceil(n * m.demand_per_s / m.delivered_per_s))
+                step = max(1, min(needed - n, n))
+            return n + step, "grow: " + shares
+        idle = n * (1.0 - m.busy_share)
+        if m.wait_share < SHRINK_WAIT and idle >= SHRINK_IDLE and n > 1:
+            return n - 1, "shrink: {} ({:.1f} workers idle)".format(shares, idle)
+        return n, ""
+
+    def _undo_if_unhelpful(self, m: Measurement) -> Optional[Tuple[int, str]]:
+        """The first measurement after a change: undo a growth that did not deliver faster while
+        the consumer still waited, or a shrink after which the consumer waits."""
+        change, self._last_change = self._last_change, None
+        if change is None:
+            return None
+        before, after, rate_before = change
+        if after > before and m.wait_share >= GROW_WAIT and \
+                m.delivered_per_s < rate_before * (1 + MIN_GAIN * (after - before) / before):
+            self._ceiling = (after, self.decisions + BLOCKED_INTERVALS)
+            return before, "undo: {} workers delivered {}/s, {} delivered {}/s".format(
+                after, _rate(m.delivered_per_s), before, _rate(rate_before))
+        if after < before and m.wait_share >= GROW_WAIT:
+            self._floor = (before, self.decisions + BLOCKED_INTERVALS)
+            return before, "undo: the consumer waited {:.0%} with {} workers".format(m.wait_share, after)
+        return None
+
+    def _within_budget(self, m: Measurement, target: int, reason: str) -> Tuple[int, str]:
+        """``target`` lowered to the range, the blocked counts and the CPU and memory budgets."""
+        n, settings = m.workers, self.settings
+        if self._ceiling is not None and self.decisions < self._ceiling[1] and target >= self._ceiling[0] > n:
+            target = self._ceiling[0] - 1
+        if self._floor is not None and self.decisions < self._floor[1] and target < self._floor[0] <= n:
+            target = self._floor[0]
+        target = max(settings.min_workers, min(target, settings.limit(self.kind)))
+        capacity = self.stage._worker_capacity()
+        if capacity is not None:
+            target = min(target, max(n, capacity))
+        other_cpus, other_memory = _Registry.others(self)
+        cpus = settings.cpus()
+        if self.kind == "processes":
+            allowed = int(math.floor(cpus - other_cpus + 1e-9))
+        elif self.kind == "threads" and m.cpus_used is not None and m.cpus_used / n > 0.05:
+            allowed = n + int(math.floor((cpus - other_cpus - m.cpus_used) / (m.cpus_used / n) + 1e-9))
+        else:
+            allowed = target
+        if target > max(allowed, settings.min_workers):
+            target = max(allowed, settings.min_workers, min(n, target))
+            reason = "{} (CPU budget {})".format(reason, cpus)
+        budget = settings.memory()
+        if budget is not None:
+            per_worker = self._per_worker_memory
+            total = m.memory_bytes + other_memory
+            if total > budget and n > settings.min_workers:
+                return n - 1, "shrink: memory {} MB of a {} MB budget".format(total >> 20, budget >> 20)
+            if target > n and total + (target - n) * per_worker > budget:
+                fits = (budget - total) // per_worker if per_worker > 0 else target - n
+                target = n + max(0, min(target - n, int(fits)))
+                reason = "{} (memory budget {} MB)".format(reason, budget >> 20)
+        return target, reason
+
+    def _publish_claims(self, m: Measurement) -> None:
+        if self.kind == "processes":
+            self.claimed_cpus = float(m.workers)
+        elif self.kind == "threads":
+            self.claimed_cpus = m.cpus_used or 0.0
+        self.claimed_memory = m.memory_bytes
+
+    def _change(self, target: int, reason: str, m: Optional[Measurement]) -> None:
+        before = self.stage._active_workers()
+        after = self.stage._resize_to(target, reason)
+        if after != before:
+            self._settling = self.settings.settle_intervals
+            if m is not None and not reason.startswith("undo"):
+                self._last_change = (before, after, m.delivered_per_s)
+            if self.kind == "processes":
+                self.claimed_cpus = float(after)
+
+    def close(self) -> None:
+        with _Registry.lock:
+            _Registry.controllers.discard(self)
+
+
+class CpuSeconds:
+    """The CPU seconds a changing set of workers used so far: each worker's last reading is
+    kept after it ended, so the total only grows.
+
+    Example::
+
+        cpu = CpuSeconds(process_cpu_seconds)
+        cpu.total(pool.pids)
+    """
+
+    def __init__(self, reader: Callable[[int], Optional[float]]):
+        self._reader = reader
+        self._last: Dict[int, float] = {}
+
+    def total(self, ids: List[int]) -> Optional[float]:
+        for worker in ids:
+            value = self._reader(worker)
+            if value is not None:
+                self._last[worker] = value
+        return sum(self._last.values()) if self._last else None
+
+
+def _rate(value: float) -> str:
+    return "{:,.0f}".format(value) if value >= 10 else "{:.2g}".format(value)
+
+
+# ------------------------------------------------------------------------------------ the mixin
+
+class ResizableStage:
+    """What a parallel flow with a variable worker count shares: the setting (pinned or
+    ``"auto"``), the controller, :meth:`set_num_workers` and :meth:`worker_count_history`.
+
+    The flow provides ``_active_workers()``, ``_grow_one()``, ``_shrink_one()`` (each returns
+    whether it changed anything), ``_scaling_counters()`` (cumulative busy seconds and items of
+    all its workers), and may override ``_scaling_memory()``, ``_scaling_cpu_seconds()``,
+    ``_workers_starting()`` and ``_worker_capacity()``. It adds the seconds its consumer waited
+    for a result to ``_waited`` and calls ``_scaling.run()`` when ``time.monotonic() >=
+    _scaling.due`` (``_scaling`` is None for a pinned stage).
+
+    Example::
+
+        class MyFlow(ResizableStage, ProxyDataFlow):
+            _worker_kind = "threads"
+    """
+
+    _worker_kind = "processes"
+    _scaling: Optional[Union[Controller, _Request]] = None
+    _controller: Optional[Controller] = None
+    _autoscale: Optional[Autoscale] = None
+    _requested: Optional[int] = None
+    _waited = 0.0
+
+    def _init_workers(self, component: str, name: str, value: Any) -> int:
+        """Check the worker-count argument; returns the count to start with."""
+        setting = worker_count(component, name, value)
+        self._history: Deque[WorkerCountChange] = collections.deque(maxlen=HISTORY_LIMIT)
+        self._waited = 0.0
+        if isinstance(setting, int):
+            self._autoscale = None
+            return setting
+        self._autoscale = setting
+        return setting.start_count(self._worker_kind)
+
+    @property
+    def autoscaled(self) -> bool:
+        """Whether the worker count is chosen while running (``"auto"``)."""
+        return self._autoscale is not None
+
+    def _begin_scaling(self) -> None:
+        """The workers have started: record the count and start the controller."""
+        self._history.append(WorkerCountChange(time.time(), self._active_workers(),
+                                               "start (auto)" if self._autoscale else "start (pinned)"))
+        if self._autoscale is not None:
+            self._scaling = self._controller = Controller(self, self._autoscale, self._worker_kind)
+        if self._requested is not None:
+            self.set_num_workers(self._requested)
+
+    def _end_scaling(self) -> None:
+        if isinstance(self._scaling, Controller):
+            self._scaling.close()
+        self._scaling = None
+
+    def set_num_workers(self, num: int) -> None:
+        """Ask for ``num`` workers: applied at the next datapoint, in the thread that iterates
+        (workers beyond ``num`` stop once the work they hold is done, none of it lost). An
+        ``"auto"`` stage keeps adjusting from there. Safe to call from any thread.
+
+        Example::
+
+            df.set_num_workers(1)      # e.g. while the trainer evaluates
+        """
+        if not isinstance(num, int) or isinstance(num, bool) or num < 1:
+            raise ValueError("{}.set_num_workers: num must be an int >= 1, got {!r}".format(type(self).__name__, num))
+        self._requested = num
+        scaling = self._scaling
+        if isinstance(scaling, Controller):
+            scaling.request()
+        elif scaling is None and getattr(self, "_history", None):
+            self._scaling = _Request(self)
+
+    def worker_count_history(self) -> List[WorkerCountChange]:
+        """The worker count over time: one :class:`WorkerCountChange` at start and one per change
+        (the last 1000), with the reason (the controller's measurements, ``"requested"``).
+
+        Example::
+
+            for when, count, reason in df.worker_count_history():
+                print(time.ctime(when), count, reason)
+        """
+        return list(getattr(self, "_history", ()))
+
+    def autoscale_cost(self) -> Dict[str, float]:
+        """The controller's own cost: ``decisions`` made and ``cpu_seconds`` spent in them (in
+        the consumer's thread). Zeros for a pinned stage."""
+        controller = self._controller
+        if controller is not None:
+            return {"decisions": float(controller.decisions), "cpu_seconds": controller.decision_seconds}
+        return {"decisions": 0.0, "cpu_seconds": 0.0}
+
+    def _resize_to(self, target: int, reason: str) -> int:
+        """Add or retire workers until ``target`` are active (or the stage cannot); record it."""
+        before = self._active_workers()
+        while self._active_workers() < target and self._grow_one():
+            pass
+        while self._active_workers() > max(1, target) and self._shrink_one():
+            pass
+        after = self._active_workers()
+        if after != before:
+            self._history.append(WorkerCountChange(time.time(), after, reason))
+            logger.debug("%s: %d -> %d workers: %s", stage_name(self), before, after, reason)
+        return after
+
+    # -- what the flow provides -----------------------------------------------------------------
+    def _active_workers(self) -> int:
+        raise NotImplementedError
+
+    def _grow_one(self) -> bool:
+        raise NotImplementedError
+
+    def _shrink_one(self) -> bool:
+        raise NotImplementedError
+
+    def _scaling_counters(self) -> Tuple[float, int]:
+        raise NotImplementedError
+
+    def _scaling_memory(self) -> Tuple[int, int]:
+        """``(bytes the stage's workers and buffers hold, bytes one more worker would add)``."""
+        return 0, 0
+
+    def _scaling_cpu_seconds(self) -> Optional[float]:
+        """CPU seconds the workers used so far (None when unknown)."""
+        return None
+
+    def _workers_starting(self) -> bool:
+        """Whether a worker added last has not delivered yet (the controller waits for it)."""
+        return False
+
+    def _worker_capacity(self) -> Optional[int]:
+        """The most workers the stage can run now (e.g. what a Ray cluster can place), or None."""
+        return None
