@@ -15,8 +15,9 @@ import psutil
 import pytest
 
 from inputpipe.dataflow import (
-    BatchData, CacheData, DataFlow, DataFlowTerminated, DataFromGenerator, DataFromList, MapData,
-    MultiProcessMapAndBatchData, MultiProcessMapData, MultiThreadMapData, TuneResult, tune,
+    BatchData, CacheData, DataFlow, DataFlowTerminated, DataFromGenerator, DataFromList, MapData, MapDataComponent,
+    MultiProcessMapAndBatchData, MultiProcessMapData, MultiThreadMapData, ProxyDataFlow, SelectComponent, TuneResult,
+    tune,
 )
 from inputpipe.dataflow.seeding import datapoint_rng
 from inputpipe.utils import resources
@@ -278,3 +279,48 @@ def test_a_chain_that_stalls_gives_a_stalled_result_within_the_stall_timeout():
     assert result.stalled and result.limit == "stalled" and result.expected_datapoints_per_sec == 0
     assert str(result).startswith("Nothing tuned: no datapoint came for the stall timeout; ")
     assert source.closed.is_set()          # so the thread that waited in it has ended
+
+
+class Scale(ProxyDataFlow):
+    """A stage of the user's own: the tuner copies it and writes it from its constructor's arguments."""
+
+    def __init__(self, ds, factor, *, offset=0):
+        super().__init__(ds)
+        self.factor = factor
+        self.offset = offset
+
+    def __iter__(self):
+        for dp in self.ds:
+            yield [dp[0] * self.factor + self.offset] + dp[1:]
+
+
+class Doubler:
+    def double(self, x):
+        return 2 * x
+
+
+def _pairs():
+    for i in itertools.count():
+        yield [i, -i]
+
+
+def test_the_code_names_lambdas_methods_and_stages_it_copies():
+    doubler = Doubler()
+    shift = lambda dp: [dp[0], dp[1] + 1]           # noqa: E731 - a lambda on purpose
+    df = Scale(SelectComponent(MapDataComponent(MapData(DataFromGenerator(_pairs), shift), doubler.double, 1),
+                               [1, 0]), 3, offset=1)
+    result = tune(df, **RUN)
+    assert result.unchanged and result.trial is None
+    assert result.code.splitlines()[-5:] == [
+        "df = DataFromGenerator(_pairs)", "df = MapData(df, func)", "df = MapDataComponent(df, doubler.double, 1)",
+        "df = SelectComponent(df, [1, 0])", "df = Scale(df, 3, offset=1)"]
+    assert set(result.fill_in) == {"func", "doubler"}
+    assert result.fill_in["func"].startswith("the lambda at {}:".format(__file__))
+    assert result.fill_in["doubler"] == "your Doubler whose method double is used"
+    assert result.names["func"] is shift and result.names["doubler"] is doubler and result.names["Scale"] is Scale
+    assert "# Names tune could not write out (define them as in your code):" in result.code
+    flow, stages = _built(result)
+    assert [type(s) for s in stages] == [Scale, SelectComponent, MapDataComponent, MapData, DataFromGenerator]
+    expected = _first(df, 5)
+    assert expected == [[3 * (2 * (1 - i)) + 1, i] for i in range(5)]
+    assert _first(flow, 5) == expected

@@ -26,6 +26,8 @@ MAX_THREADS = 32
 MAX_PROCESSES = 64
 #: Workers chosen for about this much more than the target rate (a margin for jitter).
 HEADROOM = 1.1
+#: Configurations rated at most (the cheapest maps keep their form beyond that).
+MAX_COMBINATIONS = 4096
 #: A change must make the model's rate this much higher to be proposed.
 GAIN_NEEDED = 1.05
 #: Work whose CPU time is below this share of its time (without CPU waits) releases the GIL or
@@ -247,6 +249,11 @@ def choose(chain: Chain, costs: Costs, cpus: float, consumer_rate: Optional[floa
     kind and count where that is as fast (within the margin) and uses few more workers."""
     mine = user_forms(chain)
     options = [_options(chain, costs, k, unit) for k, unit in enumerate(chain.units)]
+    by_cost = sorted(range(len(options)), key=lambda k: costs.units[k].own + costs.units[k].work)
+    while math.prod(len(o) for o in options) > MAX_COMBINATIONS:     # the cheapest units stay as they are
+        k = next(k for k in by_cost if len(options[k]) > 1)
+        kind = SERIAL if mine[k].kind == SERIAL else parallel_kind(costs.units[k])
+        options[k] = [(kind, mine[k].merge_batch and _can_merge(chain, k, kind))]
     rated = []
     for combo in itertools.product(*options):
         forms = [Form(kind, None, merge) for kind, merge in combo]

@@ -343,7 +343,12 @@ def _close(flow: Any) -> None:
 
 
 def _stalled_result(report: ProfileReport, chain: Chain, cpus: int, memory: Optional[int]) -> TuneResult:
-    detail = report.stall_detail or "no datapoint came for the stall timeout; {}".format(report.suggestion)
+    if report.stall_detail:
+        detail = report.stall_detail
+    elif report.stalled:
+        detail = "no datapoint came for the stall timeout; {}".format(report.suggestion)
+    else:
+        detail = "the chain gave no datapoint to measure. {}".format(report.suggestion)
     code = render(chain, model.user_forms(chain))
     return TuneResult(code.text, [], 0.0, "stalled", detail, cpus, memory, code.names, code.fill_in,
                       stalled=True, stall_detail=detail, measured=report)
