@@ -16,8 +16,8 @@ import pytest
 
 from inputpipe.dataflow import (
     BatchData, CacheData, DataFlow, DataFlowTerminated, DataFromGenerator, DataFromList, MapData, MapDataComponent,
-    MultiProcessMapAndBatchData, MultiProcessMapData, MultiThreadMapData, ProxyDataFlow, SelectComponent, TuneResult,
-    tune,
+    MultiProcessMapAndBatchData, MultiProcessMapData, MultiProcessRunnerZMQ, MultiThreadMapData, ProxyDataFlow,
+    SelectComponent, TuneResult, tune,
 )
 from inputpipe.dataflow.seeding import datapoint_rng
 from inputpipe.utils import resources
@@ -324,3 +324,12 @@ def test_the_code_names_lambdas_methods_and_stages_it_copies():
     expected = _first(df, 5)
     assert expected == [[3 * (2 * (1 - i)) + 1, i] for i in range(5)]
     assert _first(flow, 5) == expected
+
+
+def test_a_base_with_workers_of_its_own_is_closed_at_the_end():
+    base = MultiProcessRunnerZMQ(DataFromGenerator(_numbers), 1)
+    result = tune(MapData(base, busy_4ms), cpu_budget=2, **RUN)
+    assert result.stage("MapData(busy_4ms)").after == "MultiProcessMapData"
+    assert "df = MultiProcessRunnerZMQ(df, 1)" in result.code or "df = MultiProcessRunnerZMQ(df)" in result.code
+    assert result.cache_detail == "MapData(busy_4ms): its length is unknown (an endless or generated source)"
+    assert psutil.Process().children(recursive=True) == []       # the runner's worker too

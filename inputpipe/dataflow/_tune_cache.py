@@ -27,6 +27,7 @@ from .base import ProxyDataFlow, get_length
 
 #: Datapoints a tap keeps per pass.
 _KEPT = 256
+_NO_LENGTH = "its length is unknown (an endless or generated source)"
 
 
 def _global_rng_state() -> Tuple[Any, ...]:
@@ -167,6 +168,9 @@ def check_levels(chain: Chain, top: int, seconds: float, stall_timeout: float) -
         return taps[level]
 
     flow, _ = build(chain, [Form()] * len(chain.units), top=top, tap=tap)
+    lengths = {level: get_length(t.ds) for level, t in taps.items()}
+    if all(length is None for length in lengths.values()):     # nothing can be cached: no need to look
+        return {level: Level(level, why_not=_NO_LENGTH) for level in taps}, ""
     levels_of_rngs = [(level, _flow_rngs(t.ds)) for level, t in sorted(taps.items())]   # at or below each level
     check = _Check(flow, taps, levels_of_rngs, seconds)
     thread = StoppableThread(name="inputpipe-tune-cache-check")
@@ -194,12 +198,12 @@ def check_levels(chain: Chain, top: int, seconds: float, stall_timeout: float) -
             result.same = result.compared > 0 and all(equal(a, b) for a, b in zip(first, second))
             sample = first[:result.compared] or first
             result.bytes_per_datapoint = sum(nbytes(dp) for dp in sample) / len(sample) if sample else 0.0
-        result.length = get_length(t.ds)
-        if result.drew:
+        result.length = lengths[level]
+        if result.length is None:
+            result.why_not = _NO_LENGTH
+        elif result.drew:
             result.why_not = "it draws random numbers"
         elif not result.same:
             result.why_not = "two passes gave different datapoints"
-        elif result.length is None:
-            result.why_not = "its length is unknown (an endless or generated source)"
         found[level] = result
     return found, ""
