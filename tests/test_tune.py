@@ -333,3 +333,17 @@ def test_a_base_with_workers_of_its_own_is_closed_at_the_end():
     assert "df = MultiProcessRunnerZMQ(df, 1)" in result.code or "df = MultiProcessRunnerZMQ(df)" in result.code
     assert result.cache_detail == "MapData(busy_4ms): its length is unknown (an endless or generated source)"
     assert psutil.Process().children(recursive=True) == []       # the runner's worker too
+
+
+def test_an_auto_stage_stays_auto_and_gets_the_kind_its_work_needs():
+    df = MultiThreadMapData(DataFromGenerator(_numbers), "auto", busy_4ms, strict=True)
+    try:
+        result = tune(df, cpu_budget=2, **RUN)
+    finally:
+        df.close()
+    choice = result.stage("MultiThreadMapData(busy_4ms)")
+    assert (choice.action, choice.before, choice.after, choice.unit, choice.workers) == (
+        "switch", "MultiThreadMapData, auto threads", "MultiProcessMapData", "auto processes", None)
+    assert "the controller sizes it while running (the model's count: 2)" in choice.reason
+    assert "df = MultiProcessMapData(df, 'auto', busy_4ms, strict=True)" in result.code
+    assert "MultiThreadMapData(busy_4ms)  MultiProcessMapData, auto processes: " in str(result)

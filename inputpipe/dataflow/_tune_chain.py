@@ -53,7 +53,8 @@ class Unit:
     user_func: Optional[Callable[[Any], Any]] = None  # the function the user wrote (component maps)
     index: Any = None                                 # MapDataComponent's component
     form: str = SERIAL                                # work: how the user runs it
-    workers: Optional[int] = None                     # work: the user's number of workers
+    workers: Optional[int] = None                     # work: the user's number of workers (None: "auto")
+    auto: Any = None                                  # work: the user's Autoscale settings of an "auto" count
     options: Dict[str, Any] = field(default_factory=dict)   # work: strict/ordered/... kept from the user
     batch_size: int = 0
     remainder: bool = False
@@ -130,7 +131,9 @@ def _parallel_options(flow: Any) -> Dict[str, Any]:
     options = {"strict": flow.strict, "ordered": flow.ordered}
     if flow.map_timeout is not None:
         options["map_timeout"] = flow.map_timeout
-    if type(flow) is not MultiProcessMapAndBatchData and flow.buffer_size != 200:
+    if getattr(flow, "_auto_buffer", False):
+        options["buffer_size"] = "auto"
+    elif type(flow) is not MultiProcessMapAndBatchData and flow.buffer_size != 200:
         options["buffer_size"] = flow.buffer_size
     return options
 
@@ -151,8 +154,9 @@ def _units_of(flow: Any) -> Optional[List[Unit]]:
     if cls is CacheData:
         return [Unit(CACHE, flow, shuffle=bool(flow.shuffle))]
     if cls in (MultiProcessMapData, MultiThreadMapData, MultiProcessMapAndBatchData):
-        workers = flow.num_workers if isinstance(flow.num_workers, int) else None
-        work = Unit(WORK, flow, func=flow.map_func, user_func=flow.map_func, workers=workers,
+        auto = getattr(flow, "_autoscale", None) if getattr(flow, "autoscaled", False) else None
+        work = Unit(WORK, flow, func=flow.map_func, user_func=flow.map_func,
+                    workers=None if auto is not None else flow.num_workers, auto=auto,
                     form=THREADS if cls is MultiThreadMapData else PROCESSES, options=_parallel_options(flow))
         if cls is MultiProcessMapAndBatchData:
             return [work, Unit(BATCH, flow, batch_size=flow._batch_size, in_workers=True)]
@@ -347,16 +351,16 @@ def build(chain: Chain, forms: Sequence[Form], funcs: Optional[Sequence[Optional
         func: Any = funcs[k] if funcs is not None and funcs[k] is not None else unit.func
         if unit.kind == WORK:
             options = new_work_options(unit)
+            count = copy.copy(unit.auto) if unit.auto is not None else form.workers    # "auto" stays auto
             if form.kind == SERIAL:
                 flow = MapData(flow, func)
             elif form.kind == THREADS:
-                flow = MultiThreadMapData(flow, form.workers, func, **options)
+                flow = MultiThreadMapData(flow, count, func, **options)
             elif form.merge_batch and k + 1 < len(units):
-                flow = MultiProcessMapAndBatchData(flow, form.workers, func, batch_size=units[k + 1].batch_size,
-                                                   **options)
+                flow = MultiProcessMapAndBatchData(flow, count, func, batch_size=units[k + 1].batch_size, **options)
                 k += 1
             else:
-                flow = MultiProcessMapData(flow, form.workers, func, **options)
+                flow = MultiProcessMapData(flow, count, func, **options)
         elif unit.kind == BATCH:
             flow = BatchData(flow, unit.batch_size, unit.remainder, unit.use_list)
         elif unit.kind == FILTER:

@@ -208,6 +208,15 @@ def _work_func(writer: _Writer, unit: Unit) -> str:
     return name
 
 
+def _auto_text(writer: _Writer, unit: Unit) -> str:
+    """The worker count of an ``"auto"`` stage: ``'auto'``, or the user's Autoscale settings."""
+    defaults = vars(type(unit.auto)())
+    mine = vars(unit.auto)
+    if all(mine.get(key) == value for key, value in defaults.items() if not key.startswith("_")):
+        return repr("auto")
+    return writer.value(unit.auto, "autoscale", type(unit.origin).__name__)
+
+
 def _options_text(unit: Unit) -> str:
     options = new_work_options(unit)
     parts = ["{}={!r}".format(key, options[key]) for key, default in _OPTION_DEFAULTS
@@ -233,15 +242,15 @@ def _render_unit(writer: _Writer, units: Sequence[Unit], forms: Sequence[Form], 
             line = "{}(df, {})".format(writer.cls(MapData), writer.value(unit.user_func, "func", "MapData"))
     elif unit.kind == WORK:
         func = _work_func(writer, unit)
+        count = str(form.workers) if unit.auto is None else _auto_text(writer, unit)
         if form.kind == THREADS:
-            line = "{}(df, {}, {}{})".format(writer.cls(MultiThreadMapData), form.workers, func, _options_text(unit))
+            line = "{}(df, {}, {}{})".format(writer.cls(MultiThreadMapData), count, func, _options_text(unit))
         elif form.merge_batch:
             line = "{}(df, {}, {}, batch_size={}{})".format(
-                writer.cls(MultiProcessMapAndBatchData), form.workers, func, units[k + 1].batch_size,
-                _options_text(unit))
+                writer.cls(MultiProcessMapAndBatchData), count, func, units[k + 1].batch_size, _options_text(unit))
             taken = 2
         else:
-            line = "{}(df, {}, {}{})".format(writer.cls(MultiProcessMapData), form.workers, func, _options_text(unit))
+            line = "{}(df, {}, {}{})".format(writer.cls(MultiProcessMapData), count, func, _options_text(unit))
     elif unit.kind == BATCH:
         extra = (", remainder=True" if unit.remainder else "") + (", use_list=True" if unit.use_list else "")
         line = "{}(df, {}{})".format(writer.cls(BatchData), unit.batch_size, extra)

@@ -21,6 +21,8 @@ THREAD_MESSAGE_SECONDS = 10e-6
 #: and per byte of the datapoint sent and of the result received (~0.65 ns measured).
 PROCESS_MESSAGE_SECONDS = 40e-6
 PROCESS_SECONDS_PER_BYTE = 0.7e-9
+#: The consumer's time per datapoint of a serial map beyond its function (a copy and a call).
+MAP_STEP_SECONDS = 1e-6
 #: Threads of one map at most (more thrash on the GIL for little gain).
 MAX_THREADS = 32
 MAX_PROCESSES = 64
@@ -92,21 +94,27 @@ def measure(report: object, chain: Chain, borrowed: Borrowed, timed: Sequence[Op
         return None
     paths = _paths(len(chain.units))
     base_path = "df" + ".ds" * len(chain.units)
+    # The measuring thread's times without its waits for a CPU (other programs' load), as the maps' work
+    running = 1.0 - borrowed.clock.runqueue_share
     source = sum(s.own_seconds for p, s in stages.items() if p == base_path or p.startswith(base_path + ".")) / out
     wall, cpu, _ = borrowed.clock.per_call()
     source_cpu = source * (min(1.0, cpu / wall) if wall > 0 else 1.0)
+    source = max(source_cpu, source * running)
     costs = []
     for k in range(len(chain.units)):
         stage = stages[paths[k]]
         below = stages[paths[k - 1] if k else base_path]
-        cost = UnitCost(own=stage.own_seconds / out, calls=below.datapoints / out)
+        cost = UnitCost(own=stage.own_seconds * running / out, calls=below.datapoints / out)
         cost.own_cpu = cost.own
         func = timed[k]
         if func is not None and func.clock.counted:
-            call_wall, call_cpu, call_work = func.clock.per_call()
+            _, call_cpu, call_work = func.clock.per_call()
             cost.work, cost.cpu = call_work * cost.calls, call_cpu * cost.calls
             cost.in_bytes, cost.out_bytes = func.bytes_per_call()
-            cost.own_cpu = min(cost.own, cost.cpu + max(0.0, cost.own - call_wall * cost.calls))
+            # the stage's time: its function's, measured per call as the work in workers is (so the two
+            # compare alike on a busy machine), and the map's own step per call
+            cost.own = cost.work + MAP_STEP_SECONDS * cost.calls
+            cost.own_cpu = cost.cpu + MAP_STEP_SECONDS * cost.calls
         costs.append(cost)
     return Costs(source, source_cpu, costs, report.datapoints_per_sec, names, source_name)  # type: ignore
 
@@ -272,7 +280,7 @@ def choose(chain: Chain, costs: Costs, cpus: float, consumer_rate: Optional[floa
     near = [item for item in rated if item[0] * GAIN_NEEDED >= best_rate]
     forms = min(near, key=preference)[1]
     for k, unit in enumerate(chain.units):
-        if unit.kind == WORK and unit.form != SERIAL and unit.workers is not None:
+        if unit.kind == WORK and unit.form != SERIAL and unit.workers is not None:     # (not "auto")
             kept = [Form(f.kind, f.workers, f.merge_batch) for f in forms]
             kept[k] = Form(unit.form, unit.workers, mine[k].merge_batch)
             wanted = forms[k].workers or 1

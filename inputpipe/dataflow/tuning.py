@@ -140,7 +140,8 @@ class TuneResult:
             lines.append("The chain is already configured as the tuner would configure it: keep it.")
         width = max([len(c.stage) for c in self.stages] + [5])
         for choice in self.stages:
-            after = choice.after + (", {} {}".format(choice.workers, choice.unit) if choice.workers else "")
+            after = choice.after + (", {} {}".format(choice.workers, choice.unit) if choice.workers
+                                    else ", " + choice.unit if choice.unit else "")
             text = after if choice.action != "keep" else "keep ({})".format(after)
             lines.append("  {:<{}}  {}{}".format(choice.stage, width, text,
                                                  ": " + choice.reason if choice.reason else ""))
@@ -228,7 +229,7 @@ def _choices(chain: Chain, costs: model.Costs, forms: Sequence[Form], mine: Sequ
         before, before_what = _form_text(unit, was)
         work_ms = cost.work / cost.calls * 1e3 if cost.calls else None
         cpu_share = cost.cpu / cost.work if cost.work > 0 else None
-        if (form.kind, form.workers, form.merge_batch) == (was.kind, was.workers, was.merge_batch):
+        if _same_form(unit, form, was):
             action = "keep"
         elif was.kind == SERIAL:
             action = "parallel"
@@ -245,12 +246,22 @@ def _choices(chain: Chain, costs: model.Costs, forms: Sequence[Form], mine: Sequ
                 reason += " (it waits or releases the GIL: threads)"
             elif form.kind == PROCESSES:
                 reason += " (Python/numpy work: processes)"
-        if was.kind != SERIAL and was.workers is not None:
-            before = "{}, {} {}".format(before, was.workers, before_what)
-        choices.append(StageChoice(name, before, after, action, form.workers if form.kind != SERIAL else None,
-                                   what, work_ms, cpu_share, reason))
+        if was.kind != SERIAL:
+            before = "{}, {} {}".format(before, "auto" if unit.auto is not None else was.workers, before_what)
+        workers = form.workers if form.kind != SERIAL else None
+        if unit.auto is not None and form.kind != SERIAL:
+            what, workers = "auto " + what, None
+            reason += "; auto: the controller sizes it while running (the model's count: {})".format(form.workers)
+        choices.append(StageChoice(name, before, after, action, workers, what, work_ms, cpu_share, reason))
         k += 1
     return choices
+
+
+def _same_form(unit: Unit, form: Form, was: Form) -> bool:
+    """Whether the tuner keeps the unit as the user wrote it (an ``"auto"`` count stays auto)."""
+    if unit.auto is not None:
+        return (form.kind, form.merge_batch) == (was.kind, was.merge_batch)
+    return (form.kind, form.workers, form.merge_batch) == (was.kind, was.workers, was.merge_batch)
 
 
 def _limit_detail(estimate: model.Estimate, costs: model.Costs, cpus: int) -> str:
@@ -443,8 +454,7 @@ def _tune(chain: Chain, seconds: float, warmup: float, consumer_rate: Optional[f
     level, steady, cache_detail = _choose_cache(chain, costs, forms, chosen, cpus, consumer_rate, memory,
                                                 seconds, stall_timeout)
     code = render(chain, forms, level)
-    unchanged = level is None and all((f.kind, f.workers, f.merge_batch) == (m.kind, m.workers, m.merge_batch)
-                                      for f, m in zip(forms, mine))
+    unchanged = level is None and all(_same_form(u, f, m) for u, f, m in zip(chain.units, forms, mine))
     all_serial = all(f.kind == SERIAL for f in mine)
     result = TuneResult(code.text, _choices(chain, costs, forms, mine), chosen.rate, chosen.limit,
                         _limit_detail(chosen, costs, cpus), cpus, memory, code.names, code.fill_in,
