@@ -5,6 +5,7 @@ leaves the user's flow as it was and no worker running.
 The stages' costs are busy loops on the thread's CPU clock (CPU work whatever the load) or sleeps
 (waits), of known length, so the choices hold on 2 busy cores: counts are computed with margins
 well away from the rounding points. Rates are not asserted (the machine is shared)."""
+import functools
 import itertools
 import random
 import threading
@@ -103,12 +104,17 @@ def test_slow_cpu_map_goes_to_processes_bounded_by_the_cpu_budget():
     assert (three.stage("MapData").after, three.stage("MapData").workers) == ("MultiProcessMapData", 3)
 
 
-def test_the_default_cpu_budget_is_the_process_budget():
-    resources.set_budget(cpus=1)
-    try:
-        result = tune(MapData(DataFromGenerator(_numbers), busy_4ms), **RUN)
-    finally:
-        resources.set_budget()
+def test_the_default_cpu_budget_is_the_process_budget_from_the_cgroup_quota(tmp_path, monkeypatch):
+    """A cgroup v2 quota of 1.5 CPUs (files written here) gives the tuner 1 CPU."""
+    root = tmp_path / "cgroup"
+    (root / "app" / "job").mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpu memory")
+    (root / "app" / "job" / "cpu.max").write_text("150000 100000")
+    (tmp_path / "self_cgroup").write_text("0::/app/job\n")
+    monkeypatch.setattr(resources, "cpu_budget", functools.partial(
+        resources.cpu_budget, cgroup_root=str(root), proc_cgroup=str(tmp_path / "self_cgroup")))
+    assert resources.available_cpus(cgroup_root=str(root), proc_cgroup=str(tmp_path / "self_cgroup")) == 1.5
+    result = tune(MapData(DataFromGenerator(_numbers), busy_4ms), **RUN)
     assert result.cpu_budget == 1 and "(1 CPUs" in str(result)
     # one CPU: a process would only add the cost of moving datapoints
     assert (result.stage("MapData").after, result.stage("MapData").action) == ("MapData", "keep")
