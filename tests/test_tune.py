@@ -115,7 +115,7 @@ def test_the_default_cpu_budget_is_the_process_budget_from_the_cgroup_quota(tmp_
         resources.cpu_budget, cgroup_root=str(root), proc_cgroup=str(tmp_path / "self_cgroup")))
     assert resources.available_cpus(cgroup_root=str(root), proc_cgroup=str(tmp_path / "self_cgroup")) == 1.5
     result = tune(MapData(DataFromGenerator(_numbers), busy_4ms), **RUN)
-    assert result.cpu_budget == 1 and "(1 CPUs" in str(result)
+    assert result.cpu_budget == 1 and str(result).startswith("Tuned configuration (1 CPU, memory budget ")
     # one CPU: a process would only add the cost of moving datapoints
     assert (result.stage("MapData").after, result.stage("MapData").action) == ("MapData", "keep")
     assert result.unchanged and result.limit == "cpus" and result.trial is None

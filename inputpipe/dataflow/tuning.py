@@ -48,8 +48,8 @@ _FROM_CACHE = "CacheData (in memory)"
 class StageChoice:
     """What the tuner chose for one stage of the chain (``after``) and why, from how it was
     written (``before``). ``action`` is ``"keep"``, ``"parallel"`` (a serial map made parallel),
-    ``"resize"`` (another number of workers), ``"switch"`` (threads <-> processes) or
-    ``"batch in workers"``; ``work_ms`` and ``cpu_share`` are the map function's time per call
+    ``"resize"`` (another number of workers), ``"switch"`` (threads <-> processes),
+    ``"batch in workers"`` or ``"batch in the consumer"``; ``work_ms`` and ``cpu_share`` are the map function's time per call
     (without waits for a CPU) and the share of it spent on the CPU.
 
     Example::
@@ -133,8 +133,8 @@ class TuneResult:
     def __str__(self) -> str:
         if self.stalled:
             return "Nothing tuned: {}".format(self.stall_detail)
-        lines = ["Tuned configuration ({} CPUs{}):".format(
-            self.cpu_budget, "" if self.memory_budget is None else ", memory budget {}".format(
+        lines = ["Tuned configuration ({}{}):".format(
+            _cpus_text(self.cpu_budget), "" if self.memory_budget is None else ", memory budget {}".format(
                 _bytes_text(self.memory_budget))), "", self.code.rstrip("\n"), ""]
         if self.unchanged:
             lines.append("The chain is already configured as the tuner would configure it: keep it.")
@@ -170,6 +170,10 @@ class TuneResult:
             parts.append("before: {:.1f}/s ({})".format(self.before_datapoints_per_sec,
                                                         "measured" if self.before_measured else "estimated"))
         return " " + "; ".join(parts)
+
+
+def _cpus_text(cpus: int) -> str:
+    return "1 CPU" if cpus == 1 else "{} CPUs".format(cpus)
 
 
 def _bytes_text(value: float) -> str:
@@ -212,16 +216,18 @@ def _choices(chain: Chain, costs: model.Costs, forms: Sequence[Form], mine: Sequ
         unit, form, was = chain.units[k], forms[k], mine[k]
         name = costs.names[k]
         if unit.kind != WORK:
-            merged_now = k > 0 and forms[k - 1].merge_batch and forms[k - 1].kind == PROCESSES
-            merged_before = unit.in_workers
-            after = "in the workers of the map" if merged_now else type(unit.origin).__name__ \
-                if not unit.in_workers else "BatchData"
-            action = "keep" if merged_now == merged_before else "batch in workers" if merged_now else "parallel"
-            reason = "" if action == "keep" else (
-                "{:.3f} ms per batch of stacking move to the workers; fewer, larger messages".format(
-                    costs.units[k].own * 1e3) if merged_now else "batched in the consumer")
-            choices.append(StageChoice(name, "BatchData" if unit.in_workers else type(unit.origin).__name__,
-                                       after, action, reason=reason))
+            merged_now = k > 0 and forms[k - 1].merge_batch
+            in_map = "in the workers of the map"
+            before = in_map if unit.in_workers else type(unit.origin).__name__
+            after = in_map if merged_now else "BatchData" if unit.in_workers else type(unit.origin).__name__
+            action, reason = "keep", ""
+            if merged_now and not unit.in_workers:
+                action = "batch in workers"
+                reason = "the stacking ({:.3f} ms per output datapoint) moves to the workers: fewer, larger " \
+                         "messages".format(costs.units[k].own * 1e3)
+            elif unit.in_workers and not merged_now:
+                action = "batch in the consumer"
+            choices.append(StageChoice(name, before, after, action, reason=reason))
             k += 1
             continue
         cost = costs.units[k]
@@ -268,8 +274,8 @@ def _limit_detail(estimate: model.Estimate, costs: model.Costs, cpus: int) -> st
     rate, parts = estimate.rate, estimate.consumer_parts
     if estimate.limit == model.LIMIT_CPUS:
         return ("the CPUs: the chain takes {:.3f} ms of CPU per datapoint (in the consumer and the workers), so {} "
-                "CPUs give at most {:.1f}/s. More needs cheaper work or more machines (remote producers)."
-                .format(estimate.cpu_per_datapoint * 1e3, cpus, rate))
+                "give at most {:.1f}/s. More needs cheaper work or more machines (remote producers)."
+                .format(estimate.cpu_per_datapoint * 1e3, _cpus_text(cpus), rate))
     if estimate.limit == model.LIMIT_SOURCE and costs.source_name == _FROM_CACHE \
             and max(parts, key=lambda p: parts[p]) == _FROM_CACHE:
         return ("the consumer: after the first epoch the datapoints come from memory (CacheData, about {:.0f} us "
