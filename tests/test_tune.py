@@ -6,6 +6,7 @@ The stages' costs are busy loops on the thread's CPU clock (CPU work whatever th
 (waits), of known length, so the choices hold on 2 busy cores: counts are computed with margins
 well away from the rounding points. Rates are not asserted (the machine is shared)."""
 import functools
+import json
 import itertools
 import random
 import threading
@@ -353,3 +354,13 @@ def test_an_auto_stage_stays_auto_and_gets_the_kind_its_work_needs():
     assert "the controller sizes it while running (the model's count: 2)" in choice.reason
     assert "df = MultiProcessMapData(df, 'auto', busy_4ms, strict=True)" in result.code
     assert "MultiThreadMapData(busy_4ms)  MultiProcessMapData, auto processes: " in str(result)
+
+
+def test_the_result_as_plain_data_leaves_out_the_objects():
+    items = [[i] for i in range(50)]
+    result = tune(MapData(DataFromList(items, shuffle=False), plus_one), seconds=0.3, warmup=0)
+    data = result.to_dict()
+    assert "names" not in data and "measured" not in data and "trial" not in data
+    assert data["fill_in"] == {"lst": "the list given as lst to DataFromList (50 items)"}
+    assert data["stages"][0]["stage"] == "MapData(plus_one)" and data["code"] == result.code
+    json.dumps(data)

@@ -18,7 +18,7 @@ Example::
     result = tune(MapData(DataFromList([[i] for i in range(1000)], shuffle=False), decode), seconds=1)
     print(result)                # the configuration as code, the rate to expect and its limit
 """
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Optional, Sequence
 
 from ..utils import resources
@@ -125,9 +125,9 @@ class TuneResult:
 
     def to_dict(self) -> Dict[str, Any]:
         """The result as plain data (JSON-ready; the reports and ``names`` left out)."""
-        data = asdict(self)
-        for key in ("names", "measured", "trial"):
-            data.pop(key)
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("names", "measured", "trial")}
+        data["stages"] = [asdict(choice) for choice in self.stages]
+        data["fill_in"], data["notes"] = dict(self.fill_in), list(self.notes)
         return data
 
     def __str__(self) -> str:
