@@ -356,3 +356,49 @@ def test_too_many_actors_for_the_cluster_fail_with_what_they_wait_for(ray_instan
                                           r"for \{'num_cpus': 3\}"):
         df.reset_state()
     df.close()
+
+
+@pytest.mark.allow_leaks
+def test_auto_actors_added_and_retired_at_random_moments_keep_epochs_exact(ray_instance):
+    """(allow_leaks: actors coming and going make Ray start idle workers of its own pool, ray::IDLE,
+    which belong to the running instance; the test checks that every actor process is gone.)"""
+    from itertools import cycle
+
+    from inputpipe.dataflow.autoscale import Autoscale
+
+    counts = cycle([1, None, 2, None, None, 1, 2])
+    # settle_intervals=1: a decision waits for the actor added last to be placed and answer
+    df = RayMapData(Indexed(150), Autoscale(interval=0, settle_intervals=1, policy=lambda m: next(counts)),
+                    slow_identity, strict=True, ordered=True, buffer_size="auto")
+    assert df.autoscaled and df.num_actors == 2
+    df.reset_state()
+    with df:
+        for _ in range(2):
+            assert [dp[0] for dp in df] == list(range(150))
+        history = df.worker_count_history()
+        stats = df.worker_stats()
+        actor_pids = [pid for pid in df._pool.pids if pid is not None]
+    assert len(stats) >= len(actor_pids) >= 3
+    assert _wait_gone(actor_pids, 10) == []
+    assert len(history) >= 4 and {c.workers for c in history} == {1, 2}
+    assert sum(s["items"] for s in stats) == 300 and any(not s["active"] for s in stats)
+
+
+@pytest.mark.allow_leaks
+def test_an_added_actor_the_cluster_cannot_place_is_given_up(ray_instance, monkeypatch, caplog):
+    """(allow_leaks: as above, Ray's own idle workers; the actors' processes are checked.)"""
+    from inputpipe.dataflow import _ray_runtime
+    df = RayMapData(Indexed(60), 2, slow_identity, strict=True, ordered=True, actor_options={"num_cpus": 1})
+    df.reset_state()
+    monkeypatch.setattr(_ray_runtime, "ACTOR_START_TIMEOUT", 1.0)
+    with df:
+        df.set_num_workers(3)                  # the 2-CPU cluster has no CPU left for a third
+        started = time.monotonic()
+        assert [dp[0] for dp in df] == list(range(60))
+        while df.worker_count_history()[-1].reason != "actor 2 could not be placed":
+            assert time.monotonic() - started < 10
+            assert len(list(df)) == 60
+        actor_pids = [pid for pid in df._pool.pids if pid is not None]
+    assert len(actor_pids) == 2 and _wait_gone(actor_pids, 10) == []
+    assert [c.workers for c in df.worker_count_history()] == [2, 3, 2]
+    assert "actor 2 was not placed within 1 s" in caplog.text

@@ -130,6 +130,8 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         self._position = MapPosition()
         self._in_epoch = self._resume_pending = False
         if not self._started:
+            self.num_workers = self._start_workers(self.num_workers)
+            self._workers_changed()
             self._start()
             self._started = True
             self._active = list(range(self.num_workers))
@@ -172,7 +174,8 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         return (4 if self.ordered else 2) * workers
 
     def _workers_changed(self) -> None:
-        self.num_workers = len(self._active)
+        if self._started:
+            self.num_workers = len(self._active)
         if self._auto_buffer:
             self.buffer_size = self._buffer_for(self.num_workers)
 

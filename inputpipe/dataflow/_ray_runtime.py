@@ -292,8 +292,10 @@ class ActorPool:
         self._starting[rank] = time.monotonic()
         return rank
 
-    def overdue(self, seconds: float = ACTOR_START_TIMEOUT) -> List[int]:
-        """Ranks added by :meth:`add_actor` that have not started within ``seconds``."""
+    def overdue(self, seconds: Optional[float] = None) -> List[int]:
+        """Ranks added by :meth:`add_actor` that have not started within ``seconds`` (default
+        :data:`ACTOR_START_TIMEOUT`)."""
+        seconds = ACTOR_START_TIMEOUT if seconds is None else seconds
         now = time.monotonic()
         return [rank for rank, since in self._starting.items() if now - since > seconds]
 

@@ -16,7 +16,7 @@ Example::
 import queue
 import time
 import weakref
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ..utils.compat import no_other_arguments, renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
@@ -62,7 +62,7 @@ class _CopyThread(StoppableThread):
             self._failures.append((self.name, err))
 
 
-def _stop_threads(threads: List[StoppableThread]) -> None:
+def _stop_threads(threads: Sequence[StoppableThread]) -> None:
     for thread in threads:
         thread.stop()
     for thread in threads:
@@ -97,7 +97,7 @@ class MultiThreadRunner(ResizableStage, DataFlow):
     """
 
     def __init__(self, get_df: Callable[[], DataFlow], num_prefetch: Optional[int] = None,
-                 num_thread: Optional[int] = None, **old_names: Any):
+                 num_thread: Any = None, **old_names: Any):
         name = type(self).__name__
         num_prefetch = renamed_argument(name, old_names, "nr_prefetch", "num_prefetch", num_prefetch, None)
         num_thread = renamed_argument(name, old_names, "nr_thread", "num_thread", num_thread, None)

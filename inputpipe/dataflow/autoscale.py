@@ -32,6 +32,7 @@ import math
 import threading
 import time
 import weakref
+from time import monotonic as _monotonic
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from ..utils import resources
@@ -64,13 +65,20 @@ HISTORY_LIMIT = 1000
 THREADS_PER_CPU = 8
 #: An auto stage starts with this many workers (fewer when the budget is smaller).
 START_WORKERS = 2
+#: Seconds between readings of the system's CPU budget (the memory budget is read once).
+BUDGET_REFRESH = 10.0
 
 
 class WorkerCountChange(NamedTuple):
-    """One entry of a stage's ``worker_count_history()``: ``time`` (``time.time()``), the
-    ``count`` of active workers from then on, and the ``reason`` in words."""
+    """One entry of a stage's ``worker_count_history()``: ``time`` (``time.time()``), the number
+    of active ``workers`` from then on, and the ``reason`` in words.
+
+    Example::
+
+        when, workers, reason = df.worker_count_history()[-1]
+    """
     time: float
-    count: int
+    workers: int
     reason: str
 
 
@@ -100,11 +108,13 @@ class Autoscale:
             three tasks of a worker); 0 decides at every datapoint (for tests).
         start: workers at start (default ``min(2, budget)``).
         min_workers, max_workers: the range of the count (default 1 and the budget's).
-        cpu_budget, memory_budget: this stage's budget instead of the process' one
-            (:func:`inputpipe.utils.resources.set_budget`), in CPUs and bytes.
+        cpu_budget, memory_budget: a budget of this stage's own, in CPUs and bytes, instead of
+            its share of the process' one (:func:`inputpipe.utils.resources.set_budget`, shared
+            by every auto stage of the process).
         policy: a function of a :class:`Measurement` returning the worker count wanted (None:
             no change) instead of the built-in rules; the budgets still apply.
-        settle_intervals: intervals not measured after a change.
+        settle_intervals: intervals not measured after a change (also waiting, up to 5 s, for
+            the worker added last to deliver); 0 measures and decides at once.
 
     Example::
 
@@ -137,15 +147,32 @@ class Autoscale:
         self.memory_budget = memory_budget
         self.policy = policy
         self.settle_intervals = settle_intervals
+        self._system_budget: Tuple[int, Optional[int]] = (1, None)
+        self._read_at: Optional[float] = None
 
     def __repr__(self) -> str:
         return "Autoscale(interval={}, start={}, max_workers={})".format(self.interval, self.start, self.max_workers)
 
     def cpus(self) -> int:
-        return self.cpu_budget if self.cpu_budget is not None else resources.cpu_budget()
+        """The CPU budget: this stage's, else :func:`~inputpipe.utils.resources.set_budget`'s,
+        else the system's (read again every :data:`BUDGET_REFRESH` seconds)."""
+        if self.cpu_budget is not None:
+            return self.cpu_budget
+        return resources.overrides().cpus or self._system()[0]
 
     def memory(self) -> Optional[int]:
-        return self.memory_budget if self.memory_budget is not None else resources.memory_budget()
+        """The memory budget, as :meth:`cpus` (the system's: half the memory available at start)."""
+        if self.memory_budget is not None:
+            return self.memory_budget
+        return resources.overrides().memory_bytes or self._system()[1]
+
+    def _system(self) -> Tuple[int, Optional[int]]:
+        now = _monotonic()
+        if self._read_at is None or now - self._read_at > BUDGET_REFRESH:
+            memory = self._system_budget[1] if self._read_at is not None else resources.memory_budget()
+            self._system_budget = (resources.cpu_budget(), memory)
+            self._read_at = now
+        return self._system_budget
 
     def limit(self, kind: str) -> int:
         """The most workers of this ``kind`` (``"processes"``, ``"threads"``, ``"actors"``)."""
@@ -154,9 +181,14 @@ class Autoscale:
         cpus = self.cpus()
         return min(64, THREADS_PER_CPU * cpus) if kind == "threads" else (64 if kind == "actors" else cpus)
 
-    def start_count(self, kind: str) -> int:
-        """Workers at start: ``start``, else ``min(2, budget)``, within the range."""
-        count = self.start if self.start is not None else min(START_WORKERS, self.limit(kind), self.cpus())
+    def start_count(self, kind: str, claimed_cpus: float = 0.0) -> int:
+        """Workers at start: ``start``, else ``min(2, budget)`` (for processes, the budget left by
+        the ``claimed_cpus`` of the other stages), within the range."""
+        if self.start is not None:
+            count = self.start
+        else:
+            free = self.cpus() - (claimed_cpus if kind == "processes" else 0.0)
+            count = min(START_WORKERS, int(math.floor(free + 1e-9)))
         return max(self.min_workers, min(count, self.limit(kind)))
 
 
@@ -184,9 +216,15 @@ def buffer_setting(component: str, value: Any, name: str = "buffer_size") -> Uni
 # ------------------------------------------------------------------------------------- the stages
 
 class _Registry:
-    """The controllers alive in this process: they share the budget."""
-    lock = threading.Lock()
+    """The controllers alive in this process: they share the budget. A decision that may grow a
+    stage holds the lock from reading the others' claims to starting its workers."""
+    lock = threading.RLock()
     controllers: "weakref.WeakSet[Controller]" = weakref.WeakSet()
+
+    @classmethod
+    def claimed_cpus(cls) -> float:
+        with cls.lock:
+            return sum(c.claimed_cpus for c in cls.controllers)
 
     @classmethod
     def others(cls, me: "Controller") -> Tuple[float, int]:
@@ -260,7 +298,8 @@ class Controller:
         self.claimed_cpus = 0.0
         self.claimed_memory = 0
         self.decisions = 0
-        self.decision_seconds = 0.0             # CPU time of this thread spent in decisions
+        self.decision_seconds = 0.0             # CPU time of the consumer's thread: measuring, deciding
+        self.resize_seconds = 0.0               # ... and starting or retiring workers
         self._settling = 0
         self._last_change: Optional[Tuple[int, int, float]] = None    # (from, to, rate before)
         self._ceiling: Optional[Tuple[int, int]] = None   # (count, until decision) not to reach
@@ -269,6 +308,8 @@ class Controller:
         self._per_worker_memory = 0
         self._base = self._sample()
         self.due = self._base[0] + settings.interval
+        if kind == "processes":
+            self.claimed_cpus = float(stage._active_workers())
         with _Registry.lock:
             _Registry.controllers.add(self)
 
@@ -276,7 +317,7 @@ class Controller:
     def _sample(self) -> Tuple[float, float, float, int, Optional[float]]:
         """``(time, waited, busy seconds, items, CPU seconds)`` of the stage, cumulative."""
         busy, items = self.stage._scaling_counters()
-        return time.monotonic(), self.stage._waited, busy, items, self.stage._scaling_cpu_seconds()
+        return _monotonic(), self.stage._waited, busy, items, self.stage._scaling_cpu_seconds()
 
     def _measure(self, now: Tuple[float, float, float, int, Optional[float]]) -> Measurement:
         t0, waited0, busy0, items0, cpu0 = self._base
@@ -306,12 +347,12 @@ class Controller:
     # -- deciding -------------------------------------------------------------------------------
     def run(self) -> None:
         """Measure the interval that ended, decide, resize; in the consumer's thread."""
-        started = time.thread_time()
+        started, resizing = time.thread_time(), self.resize_seconds
         try:
             self._run()
         finally:
             self.decisions += 1
-            self.decision_seconds += time.thread_time() - started
+            self.decision_seconds += time.thread_time() - started - (self.resize_seconds - resizing)
 
     def request(self) -> None:
         """A count was asked for with ``set_num_workers``: apply it at the next datapoint."""
@@ -325,7 +366,7 @@ class Controller:
             self._rebase(self._sample())
             return
         sample = self._sample()
-        if self._settling > 0 or stage._workers_starting():
+        if self._settling > 0 or (self.settings.settle_intervals and stage._workers_starting()):
             self._settling = max(0, self._settling - 1)
             self._rebase(sample)
             return
@@ -335,9 +376,10 @@ class Controller:
         self._publish_claims(m)
         target, reason = self._decide(m)
         if target is not None:
-            target, reason = self._within_budget(m, target, reason)
-            if target != m.workers:
-                self._change(target, reason, m)
+            with _Registry.lock:
+                target, reason = self._within_budget(m, target, reason)
+                if target != m.workers:
+                    self._change(target, reason, m)
         self._rebase(self._sample() if target is not None and target != m.workers else sample)
 
     def _decide(self, m: Measurement) -> Tuple[Optional[int], str]:
@@ -354,6 +396,8 @@ class Controller:
             if m.demand_per_s and m.delivered_per_s > 0:
                 needed = int(math.ceil(n * m.demand_per_s / m.delivered_per_s))
                 step = max(1, min(needed - n, n))
+            elif m.wait_share >= 0.9:              # the consumer does nothing but wait: double
+                step = n
             return n + step, "grow: " + shares
         idle = n * (1.0 - m.busy_share)
         if m.wait_share < SHRINK_WAIT and idle >= SHRINK_IDLE and n > 1:
@@ -389,6 +433,10 @@ class Controller:
         if capacity is not None:
             target = min(target, max(n, capacity))
         other_cpus, other_memory = _Registry.others(self)
+        if settings.cpu_budget is not None:          # a budget of its own: the others' do not count
+            other_cpus = 0.0
+        if settings.memory_budget is not None:
+            other_memory = 0
         cpus = settings.cpus()
         if self.kind == "processes":
             allowed = int(math.floor(cpus - other_cpus + 1e-9))
@@ -420,7 +468,9 @@ class Controller:
 
     def _change(self, target: int, reason: str, m: Optional[Measurement]) -> None:
         before = self.stage._active_workers()
+        started = time.thread_time()
         after = self.stage._resize_to(target, reason)
+        self.resize_seconds += time.thread_time() - started
         if after != before:
             self._settling = self.settings.settle_intervals
             if m is not None and not reason.startswith("undo"):
@@ -501,6 +551,14 @@ class ResizableStage:
         """Whether the worker count is chosen while running (``"auto"``)."""
         return self._autoscale is not None
 
+    def _start_workers(self, pinned: int) -> int:
+        """The count to start with: ``pinned``, or for ``"auto"`` ``min(2, budget)`` of what the
+        other auto stages of the process left (asked just before the workers start)."""
+        if self._autoscale is None:
+            return pinned
+        shared = self._autoscale.cpu_budget is None
+        return self._autoscale.start_count(self._worker_kind, _Registry.claimed_cpus() if shared else 0.0)
+
     def _begin_scaling(self) -> None:
         """The workers have started: record the count and start the controller."""
         self._history.append(WorkerCountChange(time.time(), self._active_workers(),
@@ -545,12 +603,14 @@ class ResizableStage:
         return list(getattr(self, "_history", ()))
 
     def autoscale_cost(self) -> Dict[str, float]:
-        """The controller's own cost: ``decisions`` made and ``cpu_seconds`` spent in them (in
-        the consumer's thread). Zeros for a pinned stage."""
+        """The controller's own cost, in CPU time of the consumer's thread: ``decisions`` made,
+        ``cpu_seconds`` spent measuring and deciding, ``resize_seconds`` spent starting and
+        retiring workers. Zeros for a pinned stage."""
         controller = self._controller
         if controller is not None:
-            return {"decisions": float(controller.decisions), "cpu_seconds": controller.decision_seconds}
-        return {"decisions": 0.0, "cpu_seconds": 0.0}
+            return {"decisions": float(controller.decisions), "cpu_seconds": controller.decision_seconds,
+                    "resize_seconds": controller.resize_seconds}
+        return {"decisions": 0.0, "cpu_seconds": 0.0, "resize_seconds": 0.0}
 
     def _resize_to(self, target: int, reason: str) -> int:
         """Add or retire workers until ``target`` are active (or the stage cannot); record it."""

@@ -193,7 +193,7 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ResizableStage, ProxyDataFlow):
                     ...
     """
 
-    def __init__(self, ds: DataFlow, num_proc: int = 1, hwm: int = 50, *, start_method: Optional[str] = None,
+    def __init__(self, ds: DataFlow, num_proc: Any = 1, hwm: int = 50, *, start_method: Optional[str] = None,
                  shm_bytes: Optional[int] = None, max_prefetch_bytes: Optional[int] = None, **old_names: Any):
         super().__init__(ds)
         name = type(self).__name__
@@ -226,6 +226,7 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ResizableStage, ProxyDataFlow):
         if self._closed:
             raise RuntimeError("{} is closed".format(type(self).__name__))
         if not self._pool.started:
+            self._pool.num = self.num_proc = self._start_workers(self.num_proc)
             self._pool.start()
             self._begin_scaling()
 
@@ -445,7 +446,7 @@ class MultiProcessRunner(MultiProcessRunnerZMQ):
         df = MultiProcessRunner(AugmentedImages(), num_prefetch=20, num_proc=4)
     """
 
-    def __init__(self, ds: DataFlow, num_prefetch: Optional[int] = None, num_proc: Optional[int] = None,
+    def __init__(self, ds: DataFlow, num_prefetch: Optional[int] = None, num_proc: Any = None,
                  **kwargs: Any):
         name = type(self).__name__
         num_prefetch = renamed_argument(name, kwargs, "nr_prefetch", "num_prefetch", num_prefetch, None)

@@ -284,6 +284,7 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         return self.num_workers
 
     def _start(self) -> None:
+        self._pool.num = self.num_workers
         self._pool.start()
 
     def _submit(self, rank: int, task: Any) -> None:
@@ -302,6 +303,21 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
 
     def _retire_worker(self, rank: int) -> None:
         self._pool.retire_worker(rank)
+
+    def worker_stats(self) -> List[Dict[str, Any]]:
+        """One dict per worker process ever started, cumulative since it started:
+        ``{"rank": int, "busy_seconds": float, "items": int, "active": bool}``. ``busy_seconds`` is
+        the time spent mapping and sending results (not waiting for tasks or for room to send);
+        ``items`` counts the results sent; ``active``: it gets tasks (a worker retired by
+        ``"auto"`` or ``set_num_workers`` keeps its last values). Values are as of each worker's
+        latest result. Empty before ``reset_state()``; the last values after ``close()``.
+
+        Example::
+
+            busy_share = [s["busy_seconds"] / elapsed for s in df.worker_stats()]
+        """
+        active = set(self._active)
+        return [dict(stats, active=stats["rank"] in active) for stats in self._pool.worker_stats()]
 
     def _scaling_cpu_seconds(self) -> Optional[float]:
         return self._cpu.total(self._pool.pids)

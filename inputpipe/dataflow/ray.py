@@ -25,15 +25,17 @@ Example::
             ...
 """
 import collections
+import time
 import weakref
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.errors import WorkerError
 from ..utils.logger import get_logger
-from ._ray_runtime import ACTOR_START_TIMEOUT, ActorPool, Lost, start_local_ray
+from . import _ray_runtime
+from ._ray_runtime import ActorPool, Lost, start_local_ray
 from .base import DataFlow, DataFlowReentrantGuard
-from .autoscale import AUTO, worker_count
+from .autoscale import AUTO, WorkerCountChange, worker_count
 from .parallel import _check_positive
 from ._map_scheduler import _DEFAULT_BUFFER_SIZE, _ParallelMapBase, nbytes
 from .parallel_map import MultiProcessMapAndBatchData
@@ -204,11 +206,13 @@ class RayMapData(_ParallelMapBase):
         for rank in self._pool.overdue():
             if rank in self._starting:                 # the cluster could not place it: give up on it
                 logger.warning("%s: actor %d was not placed within %.0f s (the cluster's free resources); "
-                               "staying at %d actors", type(self).__name__, rank, ACTOR_START_TIMEOUT,
+                               "staying at %d actors", type(self).__name__, rank, _ray_runtime.ACTOR_START_TIMEOUT,
                                len(self._active))
                 self._starting.remove(rank)
                 self._retired(rank)
                 self._workers_changed()
+                self._history.append(WorkerCountChange(time.time(), self._active_workers(),
+                                                       "actor {} could not be placed".format(rank)))
         if not self._arrived:
             self._arrived.extend(self._pool.wait(list(self._calls), timeout))
         while self._arrived:

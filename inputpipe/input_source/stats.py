@@ -202,7 +202,7 @@ class InputStats:
 
     def worker_counts(self) -> Dict[str, int]:
         """``{stage name: workers now}`` of the watched ``"auto"`` stages that have started."""
-        return {name: int(flow.worker_count_history()[-1].count) for name, flow in self._stages
+        return {name: int(flow.worker_count_history()[-1].workers) for name, flow in self._stages
                 if flow.worker_count_history()}
 
     def worker_history(self) -> Dict[str, List[WorkerCountChange]]:

@@ -26,7 +26,7 @@ import threading
 from typing import Iterable, List, NamedTuple, Optional, Sequence
 
 __all__ = [
-    "Budget", "set_budget", "budget", "cpu_budget", "memory_budget", "available_cpus", "affinity_cpu_count",
+    "Budget", "set_budget", "overrides", "budget", "cpu_budget", "memory_budget", "available_cpus", "affinity_cpu_count",
     "cgroup_cpu_limit", "available_memory", "meminfo_available", "cgroup_memory_room", "process_memory",
     "process_private_memory", "process_cpu_seconds", "thread_cpu_seconds",
 ]
@@ -69,6 +69,12 @@ def set_budget(cpus: Optional[int] = None, memory_bytes: Optional[int] = None) -
             raise ValueError("set_budget: {} must be an int >= 1 or None, got {!r}".format(name, value))
     with _Override.lock:
         _Override.cpus, _Override.memory_bytes = cpus, memory_bytes
+
+
+def overrides() -> Budget:
+    """What :func:`set_budget` set: ``Budget(cpus, memory_bytes)`` with None for what it did not
+    (reading it costs no system call)."""
+    return Budget(_Override.cpus, _Override.memory_bytes)  # type: ignore[arg-type]
 
 
 def budget() -> Budget:

@@ -69,7 +69,7 @@ class WorkerPool:
         if int(num) < 1:
             raise ValueError("{}: the number of worker processes must be >= 1, got {!r}".format(component, num))
         self.component = component
-        #: Workers that take commands now (started and not retiring).
+        #: Workers that take commands now (started and not retiring); may be set before start().
         self.num = int(num)
         self._start_method = _check_start_method(component, start_method)
         self._target = target
