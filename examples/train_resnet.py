@@ -264,9 +264,10 @@ def make_input_source(name: str, cfg: RunConfig, df, endpoint: Optional[str]):
 
 
 def tensorboard_hook(logdir: str, batch_size: int, rate: "tf.Tensor", every_n: int = 10):
-    """A ``SessionRunHook`` writing every summary (loss, accuracy, images/s fed into ``rate``, and
-    the InputSource's queue size and input wait) to ``logdir`` every ``every_n`` steps, fetched
-    with the train step (no extra run)."""
+    """A ``SessionRunHook`` writing every summary (loss, accuracy, images/s fed into ``rate``, the
+    InputSource's queue size and input wait, and the worker count of each ``"auto"`` stage of its
+    DataFlow, ``input/workers/<stage>``) to ``logdir`` every ``every_n`` steps, fetched with the
+    train step (no extra run)."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
