@@ -147,7 +147,7 @@ def make_consumer(kind):
 
 # ---------------------------------------------------------------------------------- pipelines
 
-#: stages: the map functions, outermost last; hand: (kind, count) per stage; grid: settings to
+#: stages: the map functions in the order they apply (the source side first); hand: (kind, count) per stage; grid: settings to
 #: search (the hand setting among them); consumer: what the consumer does per datapoint; costs: ms per call; tune: tune()'s
 #: arguments besides the chain.
 PIPELINES = {
