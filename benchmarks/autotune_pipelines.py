@@ -147,9 +147,9 @@ def make_consumer(kind):
 
 # ---------------------------------------------------------------------------------- pipelines
 
-#: stages: the map functions in the order they apply (the source side first); hand: (kind, count) per stage; grid: settings to
-#: search (the hand setting among them); consumer: what the consumer does per datapoint; costs: ms per call; tune: tune()'s
-#: arguments besides the chain.
+#: stages: the map functions in the order they apply (the source side first); hand: (kind, count)
+#: per stage; grid: the settings searched (the hand setting among them); consumer: what the consumer
+#: does per datapoint; costs: ms per call; tune: tune()'s arguments besides the chain.
 PIPELINES = {
     "slow map": dict(stages=["slow"], consumer="none", costs={"slow": 2.0}, hand=[(PROCS, 1)],
                      grid=[[(PROCS, n)] for n in (1, 2, 3, 4)], tune={}),
