@@ -392,7 +392,8 @@ def child_tfdata(spec):
         return lambda i, v: tuple(tf.numpy_function(call, [i, v], [tf.int64, tf.int64], stateful=False))
 
     for position, name in enumerate(stages):
-        dataset = dataset.map(as_tf(FUNCTIONS[name], position > 0), num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+        dataset = dataset.map(as_tf(FUNCTIONS[name], position > 0), num_parallel_calls=tf.data.AUTOTUNE,
+                              deterministic=False)
     dataset = dataset.prefetch(tf.data.AUTOTUNE)
     consumer = make_consumer(PIPELINES[pipeline]["consumer"])
     try:

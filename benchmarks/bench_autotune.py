@@ -31,11 +31,11 @@ Every measurement runs in a fresh subprocess (its workers closed before the next
 warms up (``--warmup`` s for pinned settings, ``--auto-warmup`` s for "auto" and tf.data, so the
 controllers settle), then counts the datapoints the consumer takes in ``--seconds`` s. For each
 it records the consumer's step (wall time per datapoint) and its own work per step, the CPU of
-the process tree (without workers retired during the window); for "auto" the worker-count history of every auto stage (when it last changed:
-"settled"), and the controller's own CPU time (``autoscale_cost()``). The table shows medians,
-the spread (min-max) and the ratios auto / grid best (target >= 0.95), auto / hand (>= 1) and
-auto / tf.data (> 1), and the step time with hand and with auto. The pipelines and what runs in
-each subprocess are in ``autotune_pipelines.py``.
+the process tree (without workers retired during the window); for "auto" the worker-count
+history of every auto stage (when it last changed: "settled"), and the controller's own CPU time
+(``autoscale_cost()``). The table shows medians, the spread (min-max) and the ratios auto / grid
+best (target >= 0.95), auto / hand (>= 1) and auto / tf.data (> 1), and the step time with hand
+and with auto. The pipelines and what runs in each subprocess are in ``autotune_pipelines.py``.
 
     python benchmarks/bench_autotune.py                       # about 15 minutes on 2 cores
     python benchmarks/bench_autotune.py --pipelines "slow map" "nested chain" --repeats 5
@@ -203,8 +203,8 @@ def search(pipeline, args, calibration):
         config = {"kind": "pinned", "stages": stages}
         result = measure(pipeline, config, args, calibration)
         searched.append({"setting": label(config), "config": config, "result": result})
-        print("grid  {:<26} {:<18} {}".format(pipeline, label(config), result.get("error") or "{:.0f} datapoints/s".format(
-            result["datapoints_per_s"])), flush=True)
+        rate = result.get("error") or "{:.0f} datapoints/s".format(result["datapoints_per_s"])
+        print("grid  {:<26} {:<18} {}".format(pipeline, label(config), rate), flush=True)
     measured = [s for s in searched if "error" not in s["result"]]
     best = max(measured, key=lambda s: s["result"]["datapoints_per_s"]) if measured else None
     tuned = measure(pipeline, {"kind": "tune"}, args, calibration)
@@ -276,7 +276,8 @@ def summarize(pipeline, roles, runs, errors, entry, check_ns):
         if not info or info["median_datapoints_per_s"] is None:
             cells.append("error" if info and info["error"] else "n/a")
             continue
-        text = "{:.0f} ({})".format(info["median_datapoints_per_s"], spread([r["datapoints_per_s"] for r in info["runs"]]))
+        rates = [r["datapoints_per_s"] for r in info["runs"]]
+        text = "{:.0f} ({})".format(info["median_datapoints_per_s"], spread(rates))
         cells.append(text + (" [{}]".format(info["setting"].replace("tune: ", "")) if role in ("grid best", "tune()")
                              else ""))
     hand, auto = per_role["hand"], per_role["auto"]
