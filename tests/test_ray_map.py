@@ -402,3 +402,27 @@ def test_an_added_actor_the_cluster_cannot_place_is_given_up(ray_instance, monke
     assert len(actor_pids) == 2 and _wait_gone(actor_pids, 10) == []
     assert [c.workers for c in df.worker_count_history()] == [2, 3, 2]
     assert "actor 2 was not placed within 1 s" in caplog.text
+
+
+@pytest.mark.allow_leaks
+def test_a_sharded_source_with_auto_actors_reads_every_shard_once_while_actors_come_and_go(ray_instance):
+    """(allow_leaks: Ray's own idle workers, as above; the actors' processes are checked.)"""
+    from itertools import cycle
+
+    from inputpipe.dataflow.autoscale import Autoscale
+
+    counts = cycle([None, 1, None, 2, None, 1])
+    shards = [(k * 40, k * 40 + 40) for k in range(6)]
+    df = RayShardedData(shards, Autoscale(interval=0, settle_intervals=1, policy=lambda m: next(counts)),
+                        read_range, chunk_size=8, size=240)
+    assert df.autoscaled and df.num_actors == 2
+    df.reset_state()
+    with df:
+        for _ in range(2):
+            assert sorted(dp[0] for dp in df) == list(range(240))
+        history = df.worker_count_history()
+        stats = df.worker_stats()
+        actor_pids = [pid for pid in df._pool.pids if pid is not None]
+    assert _wait_gone(actor_pids, 10) == []
+    assert len(history) >= 3 and {c.workers for c in history} == {1, 2}
+    assert sum(s["items"] for s in stats) >= 480

@@ -178,21 +178,23 @@ class RayWorker:
             return RemoteFailure(err, self.pid)
 
     def read(self, index: int, shard: Any, start: int, count: int) -> Any:
-        """Up to ``count`` datapoints of ``shard`` from position ``start``, and whether it ended.
+        """``(chunk, ended, seconds)``: up to ``count`` datapoints of ``shard`` from position
+        ``start``, whether the shard ended, and the seconds the call took.
 
         Consecutive chunks continue one reader; any other position (a new shard, or the same
         shard after this actor was restarted) opens the shard again and skips to ``start``.
         """
+        started = time.perf_counter()
         try:
             if self._shard != (index, start) or self._reader is None:
                 if self._shard is not None and self._shard[0] == index and self._exhausted and start >= self._shard[1]:
-                    return [], True
+                    return [], True, time.perf_counter() - started
                 self._reader = islice(iter(self.func(shard)), start, None)
                 self._shard, self._exhausted = (index, start), False
             chunk = list(islice(self._reader, count))
             self._exhausted = len(chunk) < count
             self._shard = (index, start + len(chunk))
-            return chunk, self._exhausted
+            return chunk, self._exhausted, time.perf_counter() - started
         except BaseException as err:  # noqa: BLE001 - reported to the consumer, which raises it
             self._shard, self._reader = None, None
             return RemoteFailure(err, self.pid)

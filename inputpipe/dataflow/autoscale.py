@@ -449,8 +449,13 @@ class Controller:
             reason = "{} (CPU budget {})".format(reason, cpus)
         budget = settings.memory()
         if budget is not None:
-            per_worker = self._per_worker_memory
-            total = m.memory_bytes + other_memory
+            mine, per_worker = m.memory_bytes, self._per_worker_memory
+            if mine + other_memory + max(0, target - n) * per_worker > budget:
+                # the quick reading counts the pages a forked worker shares with its parent: read
+                # the pages only the workers hold before deciding on it
+                mine, per_worker = self.stage._scaling_memory(True)
+                self.claimed_memory = mine
+            total = mine + other_memory
             if total > budget and n > settings.min_workers:
                 return n - 1, "shrink: memory {} MB of a {} MB budget".format(total >> 20, budget >> 20)
             if target > n and total + (target - n) * per_worker > budget:

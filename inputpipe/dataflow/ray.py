@@ -35,7 +35,7 @@ from ..utils.logger import get_logger
 from . import _ray_runtime
 from ._ray_runtime import ActorPool, Lost, start_local_ray
 from .base import DataFlow, DataFlowReentrantGuard
-from .autoscale import AUTO, WorkerCountChange, worker_count
+from .autoscale import AUTO, ResizableStage, WorkerCountChange, worker_count
 from .parallel import _check_positive
 from ._map_scheduler import _DEFAULT_BUFFER_SIZE, _ParallelMapBase, nbytes
 from .parallel_map import MultiProcessMapAndBatchData
@@ -292,7 +292,7 @@ class _ShardReader:
         self.calls: Deque[Tuple[Any, int]] = collections.deque()   # (ref, start), oldest first
 
 
-class RayShardedData(DataFlow):
+class RayShardedData(ResizableStage, DataFlow):
     """A source read by Ray actors: each actor reads whole shards with ``read_shard(shard)``.
 
     Every ``iter()`` is one epoch: each shard is given to exactly one actor, which streams its
@@ -305,7 +305,9 @@ class RayShardedData(DataFlow):
 
     Args:
         shards: what names each shard (file paths, URLs, index ranges), sent to the actors.
-        num_actors: number of Ray actors.
+        num_actors: number of Ray actors, or ``"auto"`` (:mod:`~inputpipe.dataflow.autoscale`):
+            an actor added while running takes the next shard once Ray has placed it; a retired
+            one hands its shard back from the first datapoint not yet received.
         read_shard: a function of one shard returning an iterable of datapoints.
         chunk_size: datapoints per call; larger amortises Ray's per-call cost.
         size: the total number of datapoints, if known (``len()``); otherwise no length.
@@ -331,7 +333,8 @@ class RayShardedData(DataFlow):
         self.shards = list(shards)
         if not self.shards:
             raise ValueError("{}: shards must not be empty".format(name))
-        self.num_actors = _check_positive(name, "num_actors", num_actors)
+        #: Actors that read shards now (the controller changes it for ``"auto"``).
+        self.num_actors = self._init_workers(name, "num_actors", num_actors)
         self.read_shard = read_shard
         self.chunk_size = _check_positive(name, "chunk_size", chunk_size)
         self._size = size
@@ -341,6 +344,12 @@ class RayShardedData(DataFlow):
         self._pool: Optional[ActorPool] = None
         self._finalizer: Optional[weakref.finalize] = None
         self._closed = False
+        self._active: List[int] = []              # ranks that get shards
+        self._starting: List[int] = []            # ranks added, not placed by Ray yet
+        self._readers: Dict[int, _ShardReader] = {}     # of the epoch in progress
+        self._todo: Deque[Tuple[int, int]] = collections.deque()   # (shard, first datapoint not received)
+        self._busy: Dict[int, float] = collections.defaultdict(float)
+        self._items: Dict[int, int] = collections.defaultdict(int)
 
     def __len__(self) -> int:
         if self._size is None:
@@ -353,16 +362,79 @@ class RayShardedData(DataFlow):
         """The pids of the actors (current after a restart, once the new one has started)."""
         if self._pool is None:
             return []
-        return [self._pool.current_pid(rank, timeout=30.0) for rank in range(self.num_actors)]
+        return [self._pool.current_pid(rank, timeout=30.0) for rank in self._active]
+
+    def worker_stats(self) -> List[Dict[str, Any]]:
+        """One dict per actor ever started: ``{"rank", "busy_seconds", "items", "active"}``, the
+        seconds its ``read`` calls took and the datapoints received from it."""
+        if self._pool is None:
+            return []
+        active = set(self._active)
+        return [{"rank": rank, "busy_seconds": self._busy[rank], "items": self._items[rank], "active": rank in active}
+                for rank in range(len(self._pool.actors))]
 
     def reset_state(self) -> None:
         """Start the actors (once)."""
         if self._closed:
             raise RuntimeError("{} is closed".format(type(self).__name__))
         if self._pool is None:
+            self.num_actors = self._start_workers(self.num_actors)
             self._pool = ActorPool(type(self).__name__, self.num_actors, self.read_shard, None,
                                    self.ray_address, self.actor_options)
             self._finalizer = weakref.finalize(self, self._pool.close)
+            self._active = list(range(self.num_actors))
+            self._begin_scaling()
+
+    # ------------------------------------------------------------------------------ changing size
+    _worker_kind = "actors"
+
+    def _active_workers(self) -> int:
+        return len(self._active) + len(self._starting)
+
+    def _grow_one(self) -> bool:
+        assert self._pool is not None
+        self._starting.append(self._pool.add_actor())
+        return True
+
+    def _shrink_one(self) -> bool:
+        assert self._pool is not None
+        if self._starting:
+            rank = self._starting.pop()
+        elif len(self._active) > 1:
+            rank = self._active.pop()
+            reader = self._readers.pop(rank, None)
+            if reader is not None and reader.shard is not None:     # read on by another actor
+                self._todo.appendleft((reader.shard, reader.received))
+        else:
+            return False
+        self._pool.retire(rank)
+        self.num_actors = len(self._active)
+        return True
+
+    def _scaling_counters(self) -> Tuple[float, int]:
+        return sum(self._busy.values()), sum(self._items.values())
+
+    def _workers_starting(self) -> bool:
+        return bool(self._starting)
+
+    _worker_capacity = RayMapData._worker_capacity
+
+    def _placed(self, pool: ActorPool) -> None:
+        """Actors added while running that Ray has placed take shards; those it could not place
+        in time are given up."""
+        for rank in pool.back():
+            if rank in self._starting:
+                self._starting.remove(rank)
+                self._active.append(rank)
+                self.num_actors = len(self._active)
+        for rank in pool.overdue():
+            if rank in self._starting:
+                logger.warning("%s: actor %d was not placed within %.0f s; staying at %d actors",
+                               type(self).__name__, rank, _ray_runtime.ACTOR_START_TIMEOUT, len(self._active))
+                self._starting.remove(rank)
+                pool.retire(rank)
+                self._history.append(WorkerCountChange(time.time(), self._active_workers(),
+                                                       "actor {} could not be placed".format(rank)))
 
     def __iter__(self) -> Iterator[Any]:
         if self._closed or self._pool is None:
@@ -372,12 +444,13 @@ class RayShardedData(DataFlow):
             yield from self._epoch(self._pool)
 
     def _epoch(self, pool: ActorPool) -> Iterator[Any]:
-        todo: Deque[Tuple[int, int]] = collections.deque((i, 0) for i in range(len(self.shards)))
-        readers = [_ShardReader() for _ in range(self.num_actors)]
+        todo = self._todo = collections.deque((i, 0) for i in range(len(self.shards)))
+        readers = self._readers = {}
         redo = _RedoTracker(type(self).__name__)
         while True:
-            pool.back()
-            for rank, reader in enumerate(readers):
+            self._placed(pool)
+            for rank in list(self._active):
+                reader = readers.setdefault(rank, _ShardReader())
                 if pool.restarting(rank):
                     continue                           # its shard went back to the others
                 if reader.shard is None and todo:
@@ -385,15 +458,24 @@ class RayShardedData(DataFlow):
                     reader.next_start = reader.received
                 while reader.shard is not None and len(reader.calls) < 2:
                     self._ask(pool, rank, reader)
-            heads = {reader.calls[0][0]: rank for rank, reader in enumerate(readers) if reader.calls}
+            heads = {reader.calls[0][0]: rank for rank, reader in readers.items() if reader.calls}
             if not heads and not todo:
                 return
-            for ref in pool.wait(list(heads), POLL_INTERVAL):
+            scaling = self._scaling
+            if scaling is not None and time.monotonic() >= scaling.due:
+                scaling.run()                          # a retired actor's calls are skipped below
+            started = time.monotonic()
+            arrived = pool.wait(list(heads), POLL_INTERVAL)
+            if scaling is not None:
+                self._waited += time.monotonic() - started
+            for ref in arrived:
                 rank = heads[ref]
+                if rank not in readers or not readers[rank].calls or readers[rank].calls[0][0] != ref:
+                    continue                           # its actor was retired: its shard went back
                 reader = readers[rank]
                 reader.calls.popleft()
                 try:
-                    chunk, finished = pool.outcome(rank, ref)
+                    chunk, finished, seconds = pool.outcome(rank, ref)
                 except Lost as why:
                     assert reader.shard is not None
                     redo.lost(reader.shard, "shard #{} from datapoint {}".format(reader.shard, reader.received), why)
@@ -402,6 +484,8 @@ class RayShardedData(DataFlow):
                     reader.shard = None
                     continue
                 reader.received += len(chunk)
+                self._busy[rank] += seconds
+                self._items[rank] += len(chunk)
                 yield from chunk
                 if finished:
                     reader.calls.clear()               # an empty answer past the end, if any
@@ -417,6 +501,7 @@ class RayShardedData(DataFlow):
     def close(self) -> None:
         """Kill the actors (and stop the local Ray instance if this flow started it)."""
         self._closed = True
+        self._end_scaling()
         if self._finalizer is not None:
             self._finalizer()
 

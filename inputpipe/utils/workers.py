@@ -256,7 +256,8 @@ class WorkerPool:
                 if rank not in self._retiring or not self._reap(rank):
                     raise self._fail(self._worker_error(rank))
         # fair: start after the rank that was served last
-        for rank in sorted(messages, key=lambda r: (r < self._next_rank, r)):
+        order = messages if len(messages) < 2 else sorted(messages, key=lambda r: (r < self._next_rank, r))
+        for rank in order:
             try:
                 kind, value = self._ends[rank].receive()
             except (EOFError, OSError):
