@@ -13,7 +13,8 @@ import tensorflow as tf
 from inputpipe.dataflow import (Autoscale, DataFlow, MultiProcessMapAndBatchData, MultiProcessMapData,
                                 MultiProcessRunner, MultiProcessRunnerZMQ, MultiThreadMapData, MultiThreadRunner,
                                 PrefetchDataZMQ, ThreadedMapData)
-from inputpipe.dataflow.autoscale import ResizableStage, auto_stages, stage_name
+from inputpipe.dataflow._resizable import ResizableStage
+from inputpipe.dataflow.autoscale import auto_stages, stage_name
 from inputpipe.input_source import QueueInput, hooked_session
 from inputpipe.utils import resources
 from dataflow_helpers import Indexed

@@ -25,7 +25,8 @@ from ..utils.errors import WorkerError
 from ..utils.seeding import datapoint_context, derive_seed, new_rng
 from ._map_position import MapPosition, checked_map_state
 from ._state import StatePlan, check_input_state
-from .autoscale import AUTO, ResizableStage, buffer_setting, worker_count
+from ._resizable import ResizableStage
+from .autoscale import AUTO, buffer_setting, worker_count
 from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, empty_passes_mean_stuck,
                    empty_passes_text, get_length, raise_if_stopping)
 from .batch import BatchBuilder

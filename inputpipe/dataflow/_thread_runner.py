@@ -23,7 +23,7 @@ from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import error_from_exception
 from ..utils.resources import thread_cpu_seconds
 from ._helpers import empty_epoch_error as _empty_epoch_error, int_at_least_one as _check_positive
-from .autoscale import CpuSeconds, ResizableStage
+from ._resizable import CpuSeconds, ResizableStage
 from .base import DataFlow, DataFlowReentrantGuard, empty_passes_mean_stuck, get_length, raise_if_stopping
 
 __all__ = ["MultiThreadRunner"]

@@ -30,7 +30,8 @@ from ..utils.resources import process_cpu_seconds, process_memory, process_priva
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 from ._helpers import empty_epoch_error as _empty_epoch_error, int_at_least_one as _check_positive
 from ._state import IntRange, StatePlan, check_plain_state, two_phase
-from .autoscale import CpuSeconds, ResizableStage, worker_count
+from ._resizable import CpuSeconds, ResizableStage
+from .autoscale import worker_count
 from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, StateMismatchError,
                    check_state, empty_passes_mean_stuck, get_length, is_resumable, raise_if_stopping)
 # tensorpack's dataflow.parallel also has these (outside __all__): scripts import them from here

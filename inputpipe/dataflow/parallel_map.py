@@ -32,7 +32,8 @@ from ..utils.resources import process_cpu_seconds, process_memory, process_priva
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 # the scheduler lives in ._map_scheduler; tensorpack-era code imports these from here
 from ._map_scheduler import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, _ParallelMapBase  # noqa: F401
-from .autoscale import AUTO, CpuSeconds, worker_count
+from ._resizable import CpuSeconds
+from .autoscale import AUTO, worker_count
 from .base import DataFlow
 from ._helpers import int_at_least_one as _check_positive
 from ._thread_runner import _stop_threads

@@ -35,7 +35,8 @@ from ..utils.logger import get_logger
 from . import _ray_runtime
 from ._ray_runtime import ActorPool, Lost, start_local_ray
 from .base import DataFlow, DataFlowReentrantGuard
-from .autoscale import AUTO, ResizableStage, WorkerCountChange, worker_count
+from ._resizable import ResizableStage
+from .autoscale import AUTO, WorkerCountChange, worker_count
 from .parallel import _check_positive
 from ._map_scheduler import _DEFAULT_BUFFER_SIZE, _ParallelMapBase, nbytes
 from .parallel_map import MultiProcessMapAndBatchData
