@@ -233,6 +233,70 @@ def test_set_num_workers_checks_its_argument_and_applies_before_the_start():
         assert df.num_thread == 3
 
 
+# ------------------------------------------------------------------------------- the pool itself
+
+def _echo(rank, end, scale):
+    """Worker of the pool tests: answers each command ``x`` with ``[rank, x * scale]``."""
+    while True:
+        command = end.receive_command(0.05)
+        if command is not None:
+            time.sleep(0.002)
+            end.count_work(0.002, 1)
+            end.send_datapoint([rank, command * scale])
+
+
+def test_a_pool_adds_workers_with_new_ranks_and_retires_one_after_all_it_was_sent():
+    from inputpipe.utils.workers import WorkerPool
+
+    pool = WorkerPool("EchoPool", _echo, 2, (10,))
+    pool.start()
+    try:
+        first = list(pool.pids)
+        assert pool.add_worker() == 2 and pool.active_ranks == [0, 1, 2] and pool.num == 3
+        for x in range(30):
+            pool.send(x % 3, x)
+        pool.retire_worker(1)                    # it still holds 10 commands: all are answered
+        assert pool.active_ranks == [0, 2] and pool.num == 2 and not pool.takes_commands(1)
+        with pytest.raises(ValueError, match="EchoPool: worker 1 is not active"):
+            pool.retire_worker(1)
+        got = []
+        deadline = time.monotonic() + 10
+        while (len(got) < 30 or pool.retiring) and time.monotonic() < deadline:
+            answer = pool.receive(0.05)
+            if answer is not None:
+                got.append(answer[1])
+        assert sorted(x for _, x in got) == [10 * x for x in range(30)]
+        assert {rank for rank, _ in got} == {0, 1, 2}
+        assert pool.retiring == 0                # reaped: not a child any more
+        assert first[1] not in {p.pid for p in psutil.Process().children()}
+        assert [s["active"] for s in pool.worker_stats()] == [True, False, True]
+        assert pool.worker_stats()[1]["items"] == 10
+        with pytest.raises(ValueError, match="EchoPool: cannot retire the last worker"):
+            pool.retire_worker(0)
+            pool.retire_worker(2)
+    finally:
+        pool.close()
+
+
+def test_a_map_whose_pool_is_resized_directly_at_random_moments_stays_exact():
+    rng = random.Random(3)
+    df = MultiProcessMapData(Indexed(300), 2, numbered_array, strict=True, ordered=True, buffer_size=12)
+    df.reset_state()
+    with df:
+        for _ in range(2):
+            got = []
+            for dp in df:
+                got.append(dp[0])
+                pool = df._pool
+                if rng.random() < 0.1:
+                    if rng.random() < 0.5 or pool.num == 1:
+                        pool.add_worker()
+                    else:
+                        pool.retire_worker(rng.choice(pool.active_ranks))
+            assert got == list(range(300))
+        assert df.num_workers == df._pool.num and len(df.worker_stats()) > 4
+
+
 # ------------------------------------------------------------------------ runners (copies)
 
 class Numbered(Indexed):

@@ -167,6 +167,25 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         """Stop worker ``rank``, which holds no task (every one it got was answered)."""
         raise NotImplementedError
 
+    def _sync_workers(self) -> None:
+        """Take in workers added or retired behind the scheduler's back (e.g. on the pool)."""
+
+    def _adopt(self, ranks: List[int]) -> None:
+        """The workers that take tasks are now ``ranks``: new ones get tasks from now on, the
+        others none (they are retired once they have answered what they hold)."""
+        for rank in ranks:
+            if rank not in self._in_flight:
+                self._in_flight[rank] = 0
+                self._waiting_since[rank] = None
+                self._active.append(rank)
+        for rank in [r for r in self._active if r not in ranks]:
+            self._active.remove(rank)
+            if self._in_flight[rank]:
+                self._retiring.add(rank)
+            else:
+                self._retired(rank)
+        self._workers_changed()
+
     # ------------------------------------------------------------------------------ changing size
 
     def _buffer_for(self, workers: int) -> int:
@@ -344,6 +363,7 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         """Send source datapoints to workers while fewer than ``buffer_size`` are in flight."""
         track = self.strict and self._resumability() is None
         position = self._position
+        self._sync_workers()
         while self._in_flight_total + len(self._pending) + len(self._ready) < self.buffer_size:
             if self._source is None:
                 return

@@ -277,6 +277,7 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         self.map_func = map_func
         self._pool = WorkerPool(type(self).__name__, _serve_map, self.num_workers, (map_func, self._batch_size),
                                 start_method, shm_bytes)
+        self._pool_changes = 0
         self._cpu = CpuSeconds(process_cpu_seconds)
 
     @property
@@ -303,7 +304,13 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
             return None
 
     def _retire_worker(self, rank: int) -> None:
-        self._pool.retire_worker(rank)
+        if self._pool.takes_commands(rank):    # (not retired on the pool directly)
+            self._pool.retire_worker(rank)
+
+    def _sync_workers(self) -> None:
+        if self._pool.changes != self._pool_changes:
+            self._pool_changes = self._pool.changes
+            self._adopt(self._pool.active_ranks)
 
     def worker_stats(self) -> List[Dict[str, Any]]:
         """One dict per worker process ever started, cumulative since it started:

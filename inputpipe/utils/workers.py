@@ -82,6 +82,9 @@ class WorkerPool:
         self._next_rank = 0
         self._selector: Optional[selectors.BaseSelector] = None
         self._notices: set = set()
+        #: Counts the workers added and retired while running (a flow that schedules over the pool
+        #: compares it to see a change made by someone else).
+        self.changes = 0
         self._failure: Optional[WorkerError] = None
         self._finalizer: Optional[weakref.finalize] = None
 
@@ -191,6 +194,7 @@ class WorkerPool:
             raise
         self._watch(rank)
         self.num = len(self._active)
+        self.changes += 1
         logger.debug("%s added worker %d (pid %d)", self.component, rank, procs.pids[rank])
         return rank
 
@@ -206,6 +210,7 @@ class WorkerPool:
         self._active.remove(rank)
         self._retiring.add(rank)
         self.num = len(self._active)
+        self.changes += 1
         self._ends[rank].close_commands()
         logger.debug("%s retires worker %d", self.component, rank)
 
