@@ -13,8 +13,9 @@ import threading
 import time
 
 import numpy as np
-import psutil
 import pytest
+
+from conftest import _our_children  # the test's own children (not a forkserver of earlier tests)
 
 from inputpipe.dataflow import (
     BatchData, CacheData, DataFlow, DataFlowTerminated, DataFromGenerator, DataFromList, MapData, MapDataComponent,
@@ -95,7 +96,7 @@ def test_slow_cpu_map_goes_to_processes_bounded_by_the_cpu_budget():
     assert result.fill_in == {} and result.trial_datapoints_per_sec > 0 and result.before_measured
     # the user's chain is as it was, and nothing tune started runs any more
     assert type(df) is MapData and df.ds is source and df.func is busy_4ms
-    assert psutil.Process().children(recursive=True) == []
+    assert _our_children() == set()
     flow, stages = _built(result)
     assert [type(s) for s in stages] == [MultiProcessMapData, DataFromGenerator]
     assert (flow.num_workers, flow.strict, flow.ordered, flow.map_func) == (2, True, True, busy_4ms)
@@ -148,7 +149,7 @@ def test_a_well_configured_parallel_map_is_kept_and_not_started():
     df = MultiProcessMapData(DataFromGenerator(_numbers), 2, busy_4ms, strict=True)
     try:
         result = tune(df, cpu_budget=2, **RUN)
-        assert df.worker_pids == [] and psutil.Process().children(recursive=True) == []    # never started
+        assert df.worker_pids == [] and _our_children() == set()    # never started
     finally:
         df.close()
     choice = result.stage("MultiProcessMapData(busy_4ms)")
@@ -339,7 +340,7 @@ def test_a_base_with_workers_of_its_own_is_closed_at_the_end():
     assert result.stage("MapData(busy_4ms)").after == "MultiProcessMapData"
     assert "df = MultiProcessRunnerZMQ(df, 1)" in result.code or "df = MultiProcessRunnerZMQ(df)" in result.code
     assert result.cache_detail == "MapData(busy_4ms): its length is unknown (an endless or generated source)"
-    assert psutil.Process().children(recursive=True) == []       # the runner's worker too
+    assert _our_children() == set()       # the runner's worker too
 
 
 def test_an_auto_stage_stays_auto_and_gets_the_kind_its_work_needs():
