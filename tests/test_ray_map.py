@@ -372,16 +372,24 @@ def test_auto_actors_added_and_retired_at_random_moments_keep_epochs_exact(ray_i
                     slow_identity, strict=True, ordered=True, buffer_size="auto")
     assert df.autoscaled and df.num_actors == 2
     df.reset_state()
+    epochs = 0
+    started = time.monotonic()
     with df:
-        for _ in range(2):
+        # on a busy host Ray may place an added actor only after some epochs: run whole epochs
+        # until an actor was retired and another added (each epoch exact), within a bound
+        while True:
             assert [dp[0] for dp in df] == list(range(150))
-        history = df.worker_count_history()
+            epochs += 1
+            history = df.worker_count_history()
+            actor_pids = [pid for pid in df._pool.pids if pid is not None]
+            if epochs >= 2 and len(actor_pids) >= 3 and len(history) >= 4:
+                break
+            assert time.monotonic() - started < 60, (epochs, actor_pids, history)
         stats = df.worker_stats()
-        actor_pids = [pid for pid in df._pool.pids if pid is not None]
     assert len(stats) >= len(actor_pids) >= 3
     assert _wait_gone(actor_pids, 10) == []
-    assert len(history) >= 4 and {c.workers for c in history} == {1, 2}
-    assert sum(s["items"] for s in stats) == 300 and any(not s["active"] for s in stats)
+    assert {c.workers for c in history} == {1, 2}
+    assert sum(s["items"] for s in stats) == 150 * epochs and any(not s["active"] for s in stats)
 
 
 @pytest.mark.allow_leaks
@@ -417,12 +425,17 @@ def test_a_sharded_source_with_auto_actors_reads_every_shard_once_while_actors_c
                         read_range, chunk_size=8, size=240)
     assert df.autoscaled and df.num_actors == 2
     df.reset_state()
+    epochs = 0
+    started = time.monotonic()
     with df:
-        for _ in range(2):
+        while True:                         # whole epochs until actors came and went (bounded)
             assert sorted(dp[0] for dp in df) == list(range(240))
-        history = df.worker_count_history()
+            epochs += 1
+            history = df.worker_count_history()
+            if epochs >= 2 and len(history) >= 3 and {c.workers for c in history} == {1, 2}:
+                break
+            assert time.monotonic() - started < 60, (epochs, history)
         stats = df.worker_stats()
         actor_pids = [pid for pid in df._pool.pids if pid is not None]
     assert _wait_gone(actor_pids, 10) == []
-    assert len(history) >= 3 and {c.workers for c in history} == {1, 2}
-    assert sum(s["items"] for s in stats) >= 480
+    assert sum(s["items"] for s in stats) >= 240 * epochs
