@@ -83,6 +83,48 @@ def test_a_stage_whose_workers_are_the_limit_grows_while_cpus_are_idle(cls):
     assert df.buffer_size == 2 * df.num_workers          # buffer_size="auto" follows the workers
 
 
+def sleep_1ms(dp):
+    time.sleep(0.001)
+    return dp
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_an_auto_buffer_holds_10ms_of_each_workers_measured_work(ordered):
+    # short tasks: a worker would wait for the consumer's thread between them with only 2 in
+    # flight; the buffer holds ceil(10 ms / measured time per task) per worker (pinned count)
+    from inputpipe.dataflow import _map_scheduler as scheduler
+
+    df = MultiThreadMapData(Forever(), 2, sleep_1ms, buffer_size="auto", ordered=ordered)
+    base = 4 if ordered else 2
+    assert df.buffer_size == base * 2                    # nothing measured yet
+    df.reset_state()
+    with df:
+        iterate(df, 5.0, until=lambda d: d._measured_task_seconds is not None)
+        measured = df._measured_task_seconds
+        assert measured is not None and 0.001 <= measured < 0.5
+        per_worker = max(base, min(32, -(-scheduler.AUTO_BUFFER_SECONDS // measured)))
+        assert df.buffer_size == 2 * per_worker
+        if measured < 0.005:                             # a quiet host: 1 ms sleeps take about 1 ms
+            assert df.buffer_size >= 2 * 3
+
+
+def test_an_auto_buffer_stops_at_32_per_worker_and_long_tasks_keep_the_base(monkeypatch):
+    from inputpipe.dataflow import _map_scheduler as scheduler
+
+    monkeypatch.setattr(scheduler, "AUTO_BUFFER_SECONDS", 10.0)      # any task is "short"
+    quick = MultiThreadMapData(Forever(), 2, identity, buffer_size="auto")
+    quick.reset_state()
+    with quick:
+        iterate(quick, 5.0, until=lambda d: d._measured_task_seconds is not None)
+        assert quick._measured_task_seconds is not None and quick.buffer_size == 2 * 32
+    monkeypatch.setattr(scheduler, "AUTO_BUFFER_SECONDS", 0.01)
+    slow = MultiThreadMapData(Forever(), 2, sleep_20ms, buffer_size="auto", ordered=True)
+    slow.reset_state()
+    with slow:
+        iterate(slow, 5.0, until=lambda d: d._measured_task_seconds is not None)
+        assert slow._measured_task_seconds >= 0.02 and slow.buffer_size == 2 * 4
+
+
 def test_threads_that_wait_for_io_grow_beyond_the_cpus():
     # sleeping threads use no CPU: the budget of 1 CPU does not stop them (up to 8 per CPU)
     df = MultiThreadMapData(Forever(), Autoscale(interval=0.1, cpu_budget=1), sleep_20ms, buffer_size="auto")

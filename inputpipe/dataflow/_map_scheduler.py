@@ -14,6 +14,7 @@ Example::
         ...
 """
 import collections
+import math
 import time
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tuple
 
@@ -32,6 +33,11 @@ from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDat
 from .batch import BatchBuilder
 
 _DEFAULT_BUFFER_SIZE = 200
+#: ``buffer_size="auto"``: seconds of a worker's measured work held in flight for it, the most
+#: tasks in flight per worker, and how often (s) the time per task is measured again.
+AUTO_BUFFER_SECONDS = 0.01
+AUTO_BUFFER_MAX_PER_WORKER = 32
+AUTO_BUFFER_REFIT = 0.5
 
 
 def _old_style_arguments(name: str, count_name: str, count: Any, map_func: Optional[Callable],
@@ -86,6 +92,9 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         #: Workers that take tasks now (the controller changes it for ``"auto"``).
         self.num_workers = self._init_workers(name, count_name, num_workers)
         self._auto_buffer = buffer_setting(name, buffer_size) == AUTO
+        self._measured_task_seconds: Optional[float] = None    # buffer_size="auto": a worker's time per task
+        self._buffer_counters = (0.0, 0)          # ... its (busy seconds, items) at the last fit
+        self._buffer_refit_at = 0.0
         self.buffer_size = self._buffer_for(self.num_workers) if self._auto_buffer else buffer_size
         if map_timeout is not None and not map_timeout > 0:
             raise ValueError("{}: map_timeout must be a positive number of seconds or None, got {!r}".format(
@@ -189,9 +198,31 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
     # ------------------------------------------------------------------------------ changing size
 
     def _buffer_for(self, workers: int) -> int:
-        """``buffer_size="auto"``: tasks in flight for ``workers`` workers (4 each when ordered,
-        where a slow task holds back the ones after it; 2 otherwise)."""
-        return (4 if self.ordered else 2) * workers
+        """``buffer_size="auto"``: tasks in flight for ``workers`` workers: per worker, enough
+        to hold :data:`AUTO_BUFFER_SECONDS` of its measured work (a worker whose tasks are short
+        would otherwise wait for the consumer's thread between them), at least 4 when ordered
+        (a slow task holds back the ones after it) and 2 otherwise, at most
+        :data:`AUTO_BUFFER_MAX_PER_WORKER`."""
+        per_worker = 4 if self.ordered else 2
+        task_seconds = self._measured_task_seconds
+        if task_seconds is not None and task_seconds > 0:
+            per_worker = max(per_worker, min(AUTO_BUFFER_MAX_PER_WORKER,
+                                             int(math.ceil(AUTO_BUFFER_SECONDS / task_seconds))))
+        return per_worker * workers
+
+    def _fit_auto_buffer(self) -> None:
+        """``buffer_size="auto"``: measure the workers' time per task since the last fit (at
+        most every :data:`AUTO_BUFFER_REFIT` s, while the consumer waits) and size the buffer."""
+        now = time.monotonic()
+        if now < self._buffer_refit_at:
+            return
+        self._buffer_refit_at = now + AUTO_BUFFER_REFIT
+        busy, items = self._scaling_counters()
+        last_busy, last_items = self._buffer_counters
+        self._buffer_counters = (busy, items)
+        if items - last_items >= 2 * max(1, self.num_workers):
+            self._measured_task_seconds = max(0.0, busy - last_busy) / (items - last_items)
+            self.buffer_size = self._buffer_for(self.num_workers)
 
     def _workers_changed(self) -> None:
         if self._started:
@@ -403,6 +434,8 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         The consumer waits here (nothing is ready), so here the controller measures and acts."""
         if self._hung is not None:
             raise self._hung
+        if self._auto_buffer:
+            self._fit_auto_buffer()
         scaling = self._scaling
         if scaling is None:
             got = self._receive(POLL_INTERVAL)

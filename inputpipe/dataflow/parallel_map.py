@@ -96,8 +96,8 @@ class MultiThreadMapData(_ParallelMapBase):
 
     ``num_thread="auto"`` (or an :class:`~inputpipe.dataflow.autoscale.Autoscale`) lets a
     controller choose the number of threads while it runs, within the CPU budget (threads that
-    wait for I/O count for the CPU they use); ``buffer_size="auto"`` keeps 2 datapoints in flight
-    per thread (4 when ordered). See :mod:`~inputpipe.dataflow.autoscale`.
+    wait for I/O count for the CPU they use); ``buffer_size="auto"`` keeps about 10 ms of each
+    thread's measured work in flight for it (2 to 32 tasks; at least 4 when ordered). See :mod:`~inputpipe.dataflow.autoscale`.
 
     tensorpack's old style still works, with a ``DeprecationWarning``: ``nr_thread=``, and
     ``buffer_size`` and ``strict`` passed by position after ``map_func``.
@@ -238,7 +238,8 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         map_func: a function of one datapoint; returns the new datapoint or ``None`` to drop it.
             Module-level (picklable) for ``start_method="spawn"``/``"forkserver"``.
         buffer_size: at most this many datapoints in flight (sent and not yet yielded);
-            ``"auto"``: 2 per worker (4 when ``ordered``), following the worker count.
+            ``"auto"``: per worker, about 10 ms of its measured work (2 to 32
+            tasks, at least 4 when ``ordered``), following the worker count.
         strict: exactly the datapoints of one source epoch per epoch (see the module doc).
         ordered: yield in source order (a slow datapoint holds back the ones after it).
         start_method: ``"fork"`` (default on Linux), ``"forkserver"`` or ``"spawn"``.
