@@ -35,7 +35,7 @@ from .batch import BatchBuilder
 _DEFAULT_BUFFER_SIZE = 200
 #: ``buffer_size="auto"``: seconds of a worker's measured work held in flight for it, the most
 #: tasks in flight per worker, and how often (s) the time per task is measured again.
-AUTO_BUFFER_SECONDS = 0.01
+AUTO_BUFFER_SECONDS = 0.05
 AUTO_BUFFER_MAX_PER_WORKER = 32
 AUTO_BUFFER_REFIT = 0.5
 

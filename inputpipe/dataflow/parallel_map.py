@@ -96,7 +96,7 @@ class MultiThreadMapData(_ParallelMapBase):
 
     ``num_thread="auto"`` (or an :class:`~inputpipe.dataflow.autoscale.Autoscale`) lets a
     controller choose the number of threads while it runs, within the CPU budget (threads that
-    wait for I/O count for the CPU they use); ``buffer_size="auto"`` keeps about 10 ms of each
+    wait for I/O count for the CPU they use); ``buffer_size="auto"`` keeps about 50 ms of each
     thread's measured work in flight for it (2 to 32 tasks; at least 4 when ordered). See :mod:`~inputpipe.dataflow.autoscale`.
 
     tensorpack's old style still works, with a ``DeprecationWarning``: ``nr_thread=``, and
@@ -238,7 +238,7 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         map_func: a function of one datapoint; returns the new datapoint or ``None`` to drop it.
             Module-level (picklable) for ``start_method="spawn"``/``"forkserver"``.
         buffer_size: at most this many datapoints in flight (sent and not yet yielded);
-            ``"auto"``: per worker, about 10 ms of its measured work (2 to 32
+            ``"auto"``: per worker, about 50 ms of its measured work (2 to 32
             tasks, at least 4 when ``ordered``), following the worker count.
         strict: exactly the datapoints of one source epoch per epoch (see the module doc).
         ordered: yield in source order (a slow datapoint holds back the ones after it).

@@ -86,7 +86,7 @@ class RayMapData(_ParallelMapBase):
             consumer waits, and retires them when it does not (:mod:`~inputpipe.dataflow.autoscale`).
         map_func: a function of one datapoint; returns the new datapoint or ``None`` to drop it.
         buffer_size: at most this many datapoints in flight (sent and not yet yielded);
-            ``"auto"``: per actor, about 10 ms of its measured work (2 to 32 tasks, at
+            ``"auto"``: per actor, about 50 ms of its measured work (2 to 32 tasks, at
             least 4 when ordered).
         strict, ordered, map_timeout: as for ``MultiProcessMapData``.
         ray_address: None (this process' Ray, or a local instance started for this flow),
