@@ -250,3 +250,60 @@ def test_a_decoder_that_failed_decodes_the_next_image_right():
     cut = good[:len(good) * 2 // 3]                   # a header, then data that ends early: a warning
     partial = tj.decode(cut, header=tj.header(good))
     assert partial.shape == (64, 80, 3) and np.array_equal(tj.decode(good), expected)
+
+
+def _window_of_decode(data, window, fast):
+    tj = _turbojpeg.turbojpeg()
+    return tj.decode(data, window, fast_dct=fast)
+
+
+@needs_turbojpeg
+def test_the_fast_dct_gives_tensorflows_default_pixels_and_the_accurate_one_opencvs():
+    tf = pytest.importorskip("tensorflow")
+    data = jpeg(photo(375, 500, seed=3)).tobytes()
+    full = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    assert np.array_equal(_window_of_decode(data, None, False), full)
+    tf_default = tf.io.decode_jpeg(data, channels=3).numpy()[:, :, ::-1]        # RGB -> BGR
+    fast = _window_of_decode(data, None, True)
+    assert np.array_equal(fast, tf_default)
+    difference = np.abs(fast.astype(int) - full)
+    assert 0 < difference.mean() < 2                   # a different transform, close to the accurate one
+    window = (37, 48, 200, 301)                        # a window starting on the 16-px iMCU grid
+    tf_window = tf.io.decode_and_crop_jpeg(data, list(window), channels=3).numpy()[:, :, ::-1]
+    assert np.array_equal(_window_of_decode(data, window, True)[1:-1, 1:-1], tf_window[1:-1, 1:-1])
+
+
+@needs_turbojpeg
+def test_set_dct_method_chooses_the_decode_of_augmentors_here_and_in_spawned_workers(monkeypatch):
+    monkeypatch.setenv(encoded.DCT_METHOD_VARIABLE, "accurate")
+    monkeypatch.setattr(encoded, "_dct_method", ["accurate"])
+    data = jpeg(photo(375, 500, seed=4))
+    augs = imgaug.AugmentorList([imgaug.CenterCrop(200), imgaug.Resize((200, 200))])
+    accurate = augs.augment(data)
+    assert imgaug.get_dct_method() == "accurate"
+    imgaug.set_dct_method("fast")
+    assert imgaug.get_dct_method() == "fast" and encoded.os.environ[encoded.DCT_METHOD_VARIABLE] == "fast"
+    fast = augs.augment(data)
+    assert not np.array_equal(fast, accurate) and np.abs(fast.astype(int) - accurate).mean() < 2
+    assert np.array_equal(fast, _window_of_decode(data.tobytes(), (87, 150, 200, 200), True))
+    df = MultiProcessMapData(DataFromList([[data]], shuffle=False), 1, _center_crop_200,
+                             start_method="spawn")
+    df.reset_state()
+    with df:
+        [[in_worker]] = list(df)
+    assert np.array_equal(in_worker, fast)
+    with pytest.raises(ValueError, match=r"set_dct_method: method must be one of \('accurate', 'fast'\), got 'slow'"):
+        imgaug.set_dct_method("slow")
+
+
+def _center_crop_200(dp):
+    return [imgaug.AugmentorList([imgaug.CenterCrop(200), imgaug.Resize((200, 200))]).augment(dp[0])]
+
+
+def test_an_unknown_dct_method_in_the_environment_is_warned_about_and_accurate_used(monkeypatch, caplog):
+    monkeypatch.setenv(encoded.DCT_METHOD_VARIABLE, "quick")
+    with caplog.at_level(logging.WARNING):
+        assert encoded._dct_from_environment() == "accurate"
+    assert "INPUTPIPE_JPEG_DCT='quick' is not one of ('accurate', 'fast'); using 'accurate'" in caplog.text
+    monkeypatch.setenv(encoded.DCT_METHOD_VARIABLE, "FAST")
+    assert encoded._dct_from_environment() == "fast"

@@ -42,6 +42,7 @@ _TJPARAM_JPEGWIDTH = 5
 _TJPARAM_JPEGHEIGHT = 6
 _TJPARAM_PRECISION = 7
 _TJPARAM_COLORSPACE = 8
+_TJPARAM_FASTDCT = 10
 _TJPARAM_MAXPIXELS = 24
 _TJERR_FATAL = 1
 _TJPF_BGR, _TJPF_GRAY = 1, 6
@@ -156,13 +157,16 @@ class TurboJpeg:
         return header
 
     def decode(self, data: bytes, window: Optional[Tuple[int, int, int, int]] = None, scale: int = 1,
-               grey: bool = False, header: Optional[JpegHeader] = None, max_pixels: int = 0) -> np.ndarray:
+               grey: bool = False, header: Optional[JpegHeader] = None, max_pixels: int = 0,
+               fast_dct: bool = False) -> np.ndarray:
         """Decode ``data`` to a BGR (or, with ``grey``, single-channel) uint8 array.
 
         ``window``: ``(y, x, h, w)`` in full-scale pixels; only that part is decoded and
         returned, at ``1/scale`` (``scale`` in :data:`SCALES`): rows ``y // scale`` to
         ``ceil((y + h) / scale)`` of the scaled image, likewise for columns. ``max_pixels`` (0:
-        none) refuses images whose header declares more pixels."""
+        none) refuses images whose header declares more pixels. ``fast_dct``: libjpeg's fast
+        integer inverse DCT (JDCT_IFAST, TensorFlow's default) instead of the accurate one
+        (JDCT_ISLOW, OpenCV's)."""
         if scale not in SCALES:
             raise ValueError("TurboJpeg.decode: scale must be one of {}, got {!r}".format(SCALES, scale))
         handle = self._handle()
@@ -171,6 +175,7 @@ class TurboJpeg:
         elif self._header(handle, data, len(data)) != 0:
             raise self._fail(handle, "read the JPEG header")
         self._set(handle, _TJPARAM_MAXPIXELS, max(0, min(int(max_pixels), 2 ** 31 - 1)))
+        self._set(handle, _TJPARAM_FASTDCT, 1 if fast_dct else 0)
         if self._scale(handle, _Scaling(1, scale)) != 0:
             raise self._fail(handle, "set the scale 1/{}".format(scale))
         full_h, full_w = -(-header.height // scale), -(-header.width // scale)
