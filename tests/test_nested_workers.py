@@ -10,6 +10,8 @@ import gc
 import json
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 import time
 
@@ -461,3 +463,44 @@ def test_a_runner_of_a_process_map_inside_queue_input_in_worker_feeds_every_valu
                 values += sess.run(x).tolist()
         source.close()
     assert sorted(values) == [i * i for i in range(24)]
+
+
+_REFUSED_FORKS_SCRIPT = textwrap.dedent("""
+    import sys
+    from inputpipe.dataflow import DataFromList, MultiProcessMapData
+    refusals = [int(sys.argv[1])]
+    message = sys.argv[2]
+
+    def audit(event, args):          # as filelock 4.3+ does while another thread forks
+        if event == "os.fork" and refusals[0] > 0:
+            refusals[0] -= 1
+            raise RuntimeError(message)
+
+    sys.addaudithook(audit)
+    df = MultiProcessMapData(DataFromList([[i] for i in range(6)], shuffle=False), 2, lambda dp: [dp[0] * 10],
+                             strict=True)
+    try:
+        df.reset_state()
+        print(sorted(dp[0] for dp in df), refusals[0])
+    finally:
+        df.close()
+""")
+
+
+@pytest.mark.parametrize("refusals", [1, 3])
+def test_a_fork_refused_by_an_audit_hook_while_another_thread_forks_is_tried_again(tmp_path, refusals):
+    script = tmp_path / "refused.py"
+    script.write_text(_REFUSED_FORKS_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), str(refusals),
+                           "os.fork is unsafe while filelock is changing descriptor ownership"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[0] == "[0, 10, 20, 30, 40, 50] 0"       # every refusal was used
+
+
+def test_another_runtime_error_of_a_fork_is_raised_at_once(tmp_path):
+    script = tmp_path / "refused.py"
+    script.write_text(_REFUSED_FORKS_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), "1", "forks are not allowed here"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "RuntimeError: forks are not allowed here" in proc.stderr, proc.stderr[-2000:]

@@ -172,7 +172,7 @@ class WorkerProcesses:
             name="{}-worker-{}".format(self.component, rank),
             daemon=True,
         )
-        proc.start()
+        _start_refused_forks_again(proc, self.component)
         self.processes.append(proc)
         self._pids.append(proc.pid)
         self._exit_fds.append(self._watch_exit(proc))
@@ -283,3 +283,27 @@ def _stop_started(processes: List[mp.Process]) -> None:
     for proc in processes:
         if proc.exitcode is not None:
             proc.close()            # its sentinel pipe now, not when the object is collected
+
+
+#: How long a start retries a fork that an audit hook refused while another thread forked.
+FORK_RETRY_SECONDS = 5.0
+
+
+def _start_refused_forks_again(proc: mp.process.BaseProcess, component: str) -> None:
+    """``proc.start()``, again after a moment when a fork audit hook refused the fork because
+    another thread was forking at that instant (filelock 4.3+, which Ray imports, refuses
+    concurrent forks with "os.fork is unsafe while filelock is changing descriptor ownership").
+    The refusal comes before the fork, so no process exists and the start can be repeated."""
+    deadline = time.monotonic() + FORK_RETRY_SECONDS
+    delay = 0.001
+    while True:
+        try:
+            proc.start()
+            return
+        except RuntimeError as err:
+            if "is unsafe while" not in str(err) or time.monotonic() + delay > deadline:
+                raise
+            logger.debug("%s: a fork was refused while another thread forked (%s); trying again", component, err)
+            time.sleep(delay)
+            delay = min(0.05, delay * 2)
+
