@@ -254,12 +254,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          stall_timeout=args.stall_timeout)
     finally:
         _close(df)
-    print("{}: {}".format(_PROG, args.target))
-    print(report)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(report.to_dict(), fh, indent=2)
-        print("JSON written to {}".format(args.json))
+    _show(report, "{}: {}".format(_PROG, args.target), args.json)
     if report.stalled_in is not None:
         if report.thread_left_running:
             print("The doctor exits without waiting for it.")
@@ -290,13 +285,18 @@ def _tune(df: Any, args: argparse.Namespace) -> int:
                       cpu_budget=args.cpu_budget, stall_timeout=args.stall_timeout)
     finally:
         _close(df)
-    print("{} --tune: {}".format(_PROG, args.target))
-    print(result)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(result.to_dict(), fh, indent=2)
-        print("JSON written to {}".format(args.json))
+    _show(result, "{} --tune: {}".format(_PROG, args.target), args.json)
     return 1 if result.stalled else 0
+
+
+def _show(report: Any, title: str, json_path: Optional[str]) -> None:
+    """Print ``title`` and ``report``; write ``report.to_dict()`` to ``json_path`` when given."""
+    print(title)
+    print(report)
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as fh:
+            json.dump(report.to_dict(), fh, indent=2)
+        print("JSON written to {}".format(json_path))
 
 
 def _close(df: Any) -> None:
