@@ -307,3 +307,21 @@ def test_an_unknown_dct_method_in_the_environment_is_warned_about_and_accurate_u
     assert "INPUTPIPE_JPEG_DCT='quick' is not one of ('accurate', 'fast'); using 'accurate'" in caplog.text
     monkeypatch.setenv(encoded.DCT_METHOD_VARIABLE, "FAST")
     assert encoded._dct_from_environment() == "fast"
+
+
+@needs_turbojpeg
+def test_the_file_is_read_in_place_from_bytes_and_arrays_and_copied_from_anything_else():
+    array = jpeg(photo(120, 160, seed=3))
+    data = array.tobytes()
+    window = (8, 24, 64, 96)
+    expected = EncodedImage(data).crop(*window).decode()
+    assert EncodedImage(data).data is data
+    assert EncodedImage(array).data is array                     # np.fromfile's array: no copy
+    for given in (array, bytearray(data), memoryview(data), array.reshape(1, -1), np.repeat(array, 2)[::2]):
+        image = EncodedImage(given)
+        assert image.shape == (120, 160, 3)
+        assert np.array_equal(image.crop(*window).decode(), expected)
+    copied = EncodedImage(bytearray(data))
+    assert isinstance(copied.data, bytes)                        # a mutable buffer is copied once
+    tj = _turbojpeg.turbojpeg()
+    assert np.array_equal(tj.decode(memoryview(data), window), tj.decode(array, window))

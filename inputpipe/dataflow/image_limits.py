@@ -25,10 +25,9 @@ Decoding encoded bytes yourself (``cv2.imdecode`` in a map function)? :func:`che
 applies the same limit to them. (``imgaug.JpegNoise`` decodes only what it just encoded from an
 image in memory, so it needs no check.)
 """
-import io
 import os
 import struct
-from typing import Any, BinaryIO, Optional, Tuple, Union
+from typing import Any, Optional, Protocol, Tuple, Union
 
 import numpy as np
 
@@ -75,12 +74,37 @@ _JPEG_FRAME_MARKERS = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9,
 _JPEG_MARKERS_WITHOUT_LENGTH = frozenset([0x01] + list(range(0xD0, 0xD8)))
 
 
-def _read_at(f: BinaryIO, offset: int, count: int) -> bytes:
+class _Readable(Protocol):
+    """What the header parsers read from: an open binary file, or :class:`_BytesReader`."""
+
+    def seek(self, offset: int) -> Any: ...
+
+    def read(self, count: int) -> bytes: ...
+
+
+class _BytesReader:
+    """Reads of a few header bytes from an in-memory buffer, without copying the whole buffer
+    (``io.BytesIO`` would copy every byte of the image first)."""
+
+    def __init__(self, view: memoryview):
+        self._view, self._at = view, 0
+
+    def seek(self, offset: int) -> int:
+        self._at = offset
+        return offset
+
+    def read(self, count: int) -> bytes:
+        start = min(self._at, len(self._view))
+        self._at = start + count
+        return bytes(self._view[start:self._at])
+
+
+def _read_at(f: _Readable, offset: int, count: int) -> bytes:
     f.seek(offset)
     return f.read(count)
 
 
-def _png_size(f: BinaryIO) -> Optional[Tuple[int, int]]:
+def _png_size(f: _Readable) -> Optional[Tuple[int, int]]:
     head = _read_at(f, 0, 24)
     if len(head) < 24 or head[12:16] != b"IHDR":
         return None
@@ -88,7 +112,7 @@ def _png_size(f: BinaryIO) -> Optional[Tuple[int, int]]:
     return width, height
 
 
-def _bmp_size(f: BinaryIO) -> Optional[Tuple[int, int]]:
+def _bmp_size(f: _Readable) -> Optional[Tuple[int, int]]:
     head = _read_at(f, 14, 12)
     if len(head) < 8:
         return None
@@ -102,7 +126,7 @@ def _bmp_size(f: BinaryIO) -> Optional[Tuple[int, int]]:
     return abs(width), abs(height)       # a negative height means rows stored top-down
 
 
-def _jpeg_size(f: BinaryIO) -> Optional[Tuple[int, int]]:
+def _jpeg_size(f: _Readable) -> Optional[Tuple[int, int]]:
     """The size in the first frame header (SOFn), walking the marker segments before it."""
     at = 2
     while True:
@@ -130,7 +154,7 @@ def _jpeg_size(f: BinaryIO) -> Optional[Tuple[int, int]]:
         at += 2 + length
 
 
-def _declared_size(f: BinaryIO) -> Optional[Tuple[int, int]]:
+def _declared_size(f: _Readable) -> Optional[Tuple[int, int]]:
     signature = _read_at(f, 0, 8)
     if signature == b"\x89PNG\r\n\x1a\n":
         return _png_size(f)
@@ -154,7 +178,7 @@ def declared_image_size(source: Union[str, "os.PathLike[str]", bytes, bytearray,
     if isinstance(source, (str, os.PathLike)):
         with open(source, "rb") as f:
             return _declared_size(f)
-    return _declared_size(io.BytesIO(_bytes_view(source)))
+    return _declared_size(_BytesReader(_bytes_view(source)))
 
 
 def _bytes_view(data: Any) -> memoryview:

@@ -25,7 +25,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -34,6 +34,10 @@ from ...utils.logger import get_logger
 __all__ = ["turbojpeg", "TurboJpeg", "JpegHeader", "TurboJpegError"]
 
 logger = get_logger(__name__)
+
+#: What :meth:`TurboJpeg.header` and :meth:`TurboJpeg.decode` read: the file's bytes, or an array
+#: or buffer over them (read in place, not copied).
+Encoded = Union[bytes, bytearray, memoryview, np.ndarray]
 
 _TJINIT_DECOMPRESS = 1
 _TJPARAM_STOPONWARNING = 0
@@ -103,11 +107,11 @@ class TurboJpeg:
         self._set = _function(lib, "tj3Set", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
         self._get = _function(lib, "tj3Get", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int])
         self._header = _function(lib, "tj3DecompressHeader", ctypes.c_int,
-                                 [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t])
+                                 [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t])
         self._scale = _function(lib, "tj3SetScalingFactor", ctypes.c_int, [ctypes.c_void_p, _Scaling])
         self._crop = _function(lib, "tj3SetCroppingRegion", ctypes.c_int, [ctypes.c_void_p, _Region])
         self._decompress = _function(lib, "tj3Decompress8", ctypes.c_int,
-                                     [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p,
+                                     [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
                                       ctypes.c_int, ctypes.c_int])
         self._error_text = _function(lib, "tj3GetErrorStr", ctypes.c_char_p, [ctypes.c_void_p])
         self._error_code = _function(lib, "tj3GetErrorCode", ctypes.c_int, [ctypes.c_void_p])
@@ -135,7 +139,7 @@ class TurboJpeg:
         self._local.handle = None
         self._local.finalizer = None          # destroys the old handle
 
-    def header(self, data: bytes, declared: Optional[Tuple[int, int]] = None) -> JpegHeader:
+    def header(self, data: Encoded, declared: Optional[Tuple[int, int]] = None) -> JpegHeader:
         """The header of ``data`` (a TurboJpegError when it is no JPEG libjpeg-turbo can read).
 
         libjpeg-turbo reads a header that ends early with only a warning, and then reports the
@@ -144,7 +148,8 @@ class TurboJpeg:
         from ..image_limits import declared_image_size
 
         handle = self._handle()
-        if self._header(handle, data, len(data)) != 0:
+        buffer = _uint8(data)
+        if self._header(handle, buffer.ctypes.data, buffer.size) != 0:
             raise self._fail(handle, "read the JPEG header")
         get = self._get
         header = JpegHeader(get(handle, _TJPARAM_JPEGHEIGHT), get(handle, _TJPARAM_JPEGWIDTH),
@@ -156,7 +161,7 @@ class TurboJpeg:
                                  "header or does not match it")
         return header
 
-    def decode(self, data: bytes, window: Optional[Tuple[int, int, int, int]] = None, scale: int = 1,
+    def decode(self, data: Encoded, window: Optional[Tuple[int, int, int, int]] = None, scale: int = 1,
                grey: bool = False, header: Optional[JpegHeader] = None, max_pixels: int = 0,
                fast_dct: bool = False) -> np.ndarray:
         """Decode ``data`` to a BGR (or, with ``grey``, single-channel) uint8 array.
@@ -170,9 +175,10 @@ class TurboJpeg:
         if scale not in SCALES:
             raise ValueError("TurboJpeg.decode: scale must be one of {}, got {!r}".format(SCALES, scale))
         handle = self._handle()
+        buffer = _uint8(data)
         if header is None:
-            header = self.header(data)
-        elif self._header(handle, data, len(data)) != 0:
+            header = self.header(buffer)
+        elif self._header(handle, buffer.ctypes.data, buffer.size) != 0:
             raise self._fail(handle, "read the JPEG header")
         self._set(handle, _TJPARAM_MAXPIXELS, max(0, min(int(max_pixels), 2 ** 31 - 1)))
         self._set(handle, _TJPARAM_FASTDCT, 1 if fast_dct else 0)
@@ -198,7 +204,7 @@ class TurboJpeg:
             self._crop(handle, _Region(0, 0, 0, 0))
         channels = 1 if grey else 3
         out = np.empty((region.h, region.w, channels), np.uint8)
-        status = self._decompress(handle, data, len(data), out.ctypes.data, region.w * channels,
+        status = self._decompress(handle, buffer.ctypes.data, buffer.size, out.ctypes.data, region.w * channels,
                                   _TJPF_GRAY if grey else _TJPF_BGR)
         if status != 0:
             if self._error_code(handle) == _TJERR_FATAL:
@@ -217,6 +223,15 @@ class _HandleCloser:
 
     def __del__(self):
         self._destroy(self._handle)
+
+
+def _uint8(data: Encoded) -> np.ndarray:
+    """``data`` as a flat uint8 array over the same memory (no copy; a copy only of an array that
+    is not contiguous), whose address goes to libjpeg-turbo."""
+    array = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data
+    if array.dtype != np.uint8 or array.ndim != 1 or not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    return array
 
 
 def _function(lib, name: str, restype, argtypes):

@@ -138,9 +138,10 @@ class EncodedImage:
     __slots__ = ("data", "component", "grey", "_header", "_window", "_pixels", "_full")
 
     def __init__(self, data: Any, component: str = "imgaug", grey: bool = False):
-        if isinstance(data, np.ndarray):
+        # bytes, and a flat uint8 array (np.fromfile's), are read in place: no copy of the file
+        if isinstance(data, np.ndarray) and not _is_flat_uint8(data):
             data = data.tobytes()
-        self.data = bytes(data) if not isinstance(data, bytes) else data
+        self.data = data if isinstance(data, bytes) or _is_flat_uint8(data) else bytes(data)
         self.component = component
         self.grey = grey
         self._pixels: Optional[np.ndarray] = None
@@ -156,8 +157,10 @@ class EncodedImage:
         from ..image_limits import check_image_bytes
 
         declared = check_image_bytes(self.component, self.data)
-        tj = _turbojpeg.turbojpeg() if self.data.startswith(_JPEG_START) else None
-        if tj is None and self.data.startswith(_JPEG_START) and not _warned_no_turbojpeg:
+        view = memoryview(self.data)
+        is_jpeg = view[:len(_JPEG_START)] == _JPEG_START
+        tj = _turbojpeg.turbojpeg() if is_jpeg else None
+        if tj is None and is_jpeg and not _warned_no_turbojpeg:
             _warned_no_turbojpeg.append(True)
             logger.warning("%s: libjpeg-turbo's TurboJPEG library was not found, so JPEGs are decoded whole "
                            "instead of only the crop they need (slower); pip install \"inputpipe[jpeg]\"",
@@ -168,7 +171,7 @@ class EncodedImage:
             except _turbojpeg.TurboJpegError:
                 header = None
             if header is not None and header.height > 0 and header.width > 0 and header.precision == 8 \
-                    and header.colorspace not in (3, 4) and _exif_orientation(self.data) in (None, 1):
+                    and header.colorspace not in (3, 4) and _exif_orientation(view) in (None, 1):
                 return header
         self._full = self._decode_with_opencv()
         return None
@@ -185,7 +188,7 @@ class EncodedImage:
         pixels = cv2.imdecode(np.frombuffer(self.data, np.uint8), flag)
         if pixels is None:
             raise ValueError("{}: OpenCV cannot decode these {} bytes as an image (they start with {!r})".format(
-                self.component, len(self.data), self.data[:16]))
+                self.component, len(self.data), bytes(memoryview(self.data)[:16])))
         return pixels
 
     # ---------------------------------------------------------------------------- like an array
@@ -265,13 +268,17 @@ class EncodedImage:
                               cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE)
 
 
+def _is_flat_uint8(data: Any) -> bool:
+    return isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1 and data.flags.c_contiguous
+
+
 def _warp_interpolation(cv2: Any, interp: int) -> int:
     """``interp`` for cv2.warpAffine, which has no area interpolation (after the DCT scale the
     window is less than twice the target, where linear is what area gives)."""
     return cv2.INTER_LINEAR if interp == cv2.INTER_AREA else interp
 
 
-def _exif_orientation(data: bytes) -> Optional[int]:
+def _exif_orientation(data: memoryview) -> Optional[int]:
     """The EXIF orientation tag (1..8) of a JPEG, None when it has none (OpenCV turns the image by
     it when it is not 1)."""
     pos = 2
@@ -281,16 +288,16 @@ def _exif_orientation(data: bytes) -> Optional[int]:
         if marker in (0xD9, 0xDA):                   # end of image, start of scan: no more headers
             return None
         length = struct.unpack(">H", data[pos + 2:pos + 4])[0]
-        if marker == 0xE1 and data[pos + 4:pos + 10] == b"Exif\x00\x00":
+        if marker == 0xE1 and bytes(data[pos + 4:pos + 10]) == b"Exif\x00\x00":
             return _tiff_orientation(data[pos + 10:pos + 2 + length])
         pos += 2 + length
     return None
 
 
-def _tiff_orientation(tiff: bytes) -> Optional[int]:
-    if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
+def _tiff_orientation(tiff: memoryview) -> Optional[int]:
+    if len(tiff) < 8 or bytes(tiff[:2]) not in (b"II", b"MM"):
         return None
-    order = "<" if tiff[:2] == b"II" else ">"
+    order = "<" if bytes(tiff[:2]) == b"II" else ">"
     offset = struct.unpack(order + "I", tiff[4:8])[0]
     if offset + 2 > len(tiff):
         return None
