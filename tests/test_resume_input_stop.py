@@ -173,13 +173,22 @@ def test_ctrl_c_while_a_monitored_session_waits_for_a_replay_acts_within_3_s(tmp
         assert len(workers) == (1 if kind == "worker" else 0)
         proc.send_signal(signal.SIGINT)
         started = time.monotonic()
-        out, err = proc.communicate(timeout=30)
+        # The promise is the reaction: KeyboardInterrupt out of the session, the source stopped and
+        # no thread left, within 3 s (the line printed then). The interpreter's exit with
+        # TensorFlow loaded comes after and, on a busy host, takes its own time.
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("INTERRUPTED"):
+                break
         took = time.monotonic() - started
+        rest, err = proc.communicate(timeout=30)
+        out = "".join(lines) + rest
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert took < 3, (took, err[-2000:])
+    assert took < 3, (took, out, err[-2000:])
     assert proc.returncode != 0
     assert "KeyboardInterrupt" in err, err[-2000:]
     assert "FIRST STEP RAN" not in out
