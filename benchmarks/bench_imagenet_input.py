@@ -24,6 +24,10 @@ random horizontal flip; batches of 64 uint8 images. Every pipeline gets two CPU 
 - the ceiling: 2 cores / the single-thread cost of read + fused decode and crop + flip (and of
   the full decode), measured in this process.
 
+Besides images per second, each run reports the CPU time per image of its whole process tree
+(the pipeline's own threads and worker processes, from ``/proc``) while it was timed: how much
+work each pipeline spends on an image, apart from how well it keeps the two cores busy.
+
 Each measurement runs in a fresh subprocess (so no pipeline shares threads or caches with
 another), warms up, then times ``--batches`` batches; every batch is fetched into numpy. The
 pipelines take turns round after round, in an order that rotates, for ``--repeats`` rounds; the
@@ -110,17 +114,44 @@ def make_files(directory, name):
 
 # ------------------------------------------------------------------------------------ the children
 
+def _tree_cpu_seconds():
+    """User + system CPU seconds of this process and every live descendant (and of the children
+    they reaped), from /proc: the pipeline's threads and its worker processes."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parent_of, cpu = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/{}/stat".format(entry)) as f:
+                text = f.read()
+        except OSError:                       # the process ended meanwhile
+            continue
+        fields = text[text.rindex(")") + 2:].split()       # from field 3 (state) on
+        parent_of[int(entry)] = int(fields[1])
+        cpu[int(entry)] = sum(int(v) for v in fields[11:15]) / ticks   # utime stime cutime cstime
+    tree, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        children = [pid for pid, parent in parent_of.items() if parent in frontier and pid not in tree]
+        tree.update(children)
+        frontier = children
+    return sum(cpu.get(pid, 0.0) for pid in tree)
+
+
 def _timed(batches, warmup, count):
     """Pull ``warmup`` then ``count`` batches from the iterator; the images per second of the
-    timed ones, and a check of the last batch (shape, dtype, mean)."""
+    timed ones, the CPU milliseconds of the process tree per image meanwhile, and a check of the
+    last batch (shape, dtype, mean)."""
     for _ in range(warmup):
         next(batches)
+    cpu = _tree_cpu_seconds()
     start = time.perf_counter()
     for _ in range(count):
         images = next(batches)
     seconds = time.perf_counter() - start
-    return {"images_per_s": count * BATCH / seconds, "shape": list(images.shape), "dtype": str(images.dtype),
-            "mean": float(images.mean())}
+    cpu = _tree_cpu_seconds() - cpu
+    return {"images_per_s": count * BATCH / seconds, "cpu_ms_per_image": 1e3 * cpu / (count * BATCH),
+            "shape": list(images.shape), "dtype": str(images.dtype), "mean": float(images.mean())}
 
 
 def _imagenet_augmentors(imgaug, cv2):
@@ -403,17 +434,18 @@ def main():
         rows = []
         for name in args.pipelines:
             if name not in medians:
-                rows.append([name, "not run: " + errors.get(name, "?"), "", "", "", "", ""])
+                rows.append([name, "not run: " + errors.get(name, "?"), "", "", "", "", "", ""])
                 continue
             rates = [r["images_per_s"] for r in runs[name]]
             ratios = ["{:.2f}x".format(medians[name] / medians[peer]) if peer in medians else "-"
                       for peer in ("tf.data", "DALI CPU", "tensorpack")]
             rows.append([name, "{:.0f}".format(medians[name]), "{:.0f}-{:.0f}".format(min(rates), max(rates))]
-                        + ratios + ["{:.2f}".format(medians[name] / (fast_ceiling if name in FAST_DCT else ceiling))])
+                        + ratios + ["{:.2f}".format(medians[name] / (fast_ceiling if name in FAST_DCT else ceiling)),
+                                    "{:.3f}".format(statistics.median(r["cpu_ms_per_image"] for r in runs[name]))])
         print("\n{}: {} files, {:.0f} KB each on average; batches of {} at {}x{}; 2 cores".format(
             set_name, len(paths), mean_bytes / 1e3, BATCH, TARGET, TARGET))
         print(tabulate(rows, headers=["pipeline", "images/s (median)", "spread", "vs tf.data", "vs DALI CPU",
-                                      "vs tensorpack", "of ceiling"]))
+                                      "vs tensorpack", "of ceiling", "CPU ms/image"]))
         print("ceiling: 2 cores / {:.2f} ms (read + fused decode and crop + flip, one thread) = {:.0f} images/s; "
               "full decode: {:.2f} ms = {:.0f} images/s".format(fused_cost * 1e3, ceiling, full_cost * 1e3,
                                                                 2 / full_cost))
