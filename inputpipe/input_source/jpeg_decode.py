@@ -53,7 +53,7 @@ def _decode_at(ratio: int, size: List[int], bgr: bool, dct_method: str) -> Calla
             rows, cols = (y + h + ratio - 1) // ratio - top, (x + w + ratio - 1) // ratio - left
             image = tf.io.decode_and_crop_jpeg(jpeg, tf.stack([top, left, rows, cols]), channels=3, ratio=ratio,
                                                dct_method=dct_method)
-            resized = tf.image.crop_and_resize(tf.cast(image, tf.float32)[None],
+            resized = tf.image.crop_and_resize(image[None],       # reads uint8: no cast of the whole part
                                                _box(y, x, h, w, ratio, rows, cols, size), [0], size, method="bilinear")[0]
         pixels = tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
         colours = [2] if bgr else []            # one reverse does the flip and the channel order
