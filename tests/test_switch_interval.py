@@ -14,7 +14,6 @@ from inputpipe.input_source import BatchQueueInput, QueueInput, StagingInput, ho
 from inputpipe.utils.switch_interval import shortened_switch_interval
 
 from input_source_helpers import BATCH_SPECS, SPECS, Counting, build, feeding_threads
-from test_input_source_gil import BurningCounting
 
 
 @pytest.fixture(autouse=True)
@@ -125,19 +124,44 @@ def test_sources_shorten_it_while_the_dataflow_runs_in_the_training_process(make
     # the fixture checks it is back at 5 ms
 
 
-def _gil_reacquire_ms(gil_switch_interval):
-    """Median time the training thread takes to get the GIL back (after a ``time.sleep(0)``,
-    which lets it go) while the feeding thread runs a DataFlow that holds it throughout."""
-    source = QueueInput(BurningCounting(0.05), gil_switch_interval=gil_switch_interval)
+class TickingBurner(Counting):
+    """Counting whose every datapoint costs ``cost`` seconds of pure-Python CPU, holding the GIL
+    throughout; ``ticks`` grows while it burns, so a reader can tell whether it ran meanwhile."""
+
+    def __init__(self, cost):
+        super().__init__()
+        self.cost = cost
+        self.ticks = 0
+
+    def __iter__(self):
+        for dp in super().__iter__():
+            end = time.thread_time() + self.cost
+            while time.thread_time() < end:
+                self.ticks += 1
+            yield dp
+
+
+def _gil_reacquire_ms(gil_switch_interval, nap=0.002, wanted=40):
+    """Median time the training thread takes to get the GIL back from a feeding thread that is
+    burning in a DataFlow: the overshoot of a ``nap``-second sleep, counted only when the feeder
+    ran during the sleep (so it held the GIL when the sleep ended). On a busy machine the feeder
+    may not get a core within the nap, and a sleep it did not interrupt measures nothing."""
+    flow = TickingBurner(0.05)
+    source = QueueInput(flow, gil_switch_interval=gil_switch_interval)
     graph, (x, label) = build(source)
-    samples = []
+    overshoots = []
     with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
         run(label)                                  # the feeding thread is burning now
-        for _ in range(60):
+        deadline = time.monotonic() + 30
+        while len(overshoots) < wanted and time.monotonic() < deadline:
+            ticks_before = flow.ticks
             start = time.perf_counter()
-            time.sleep(0)
-            samples.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(samples)
+            time.sleep(nap)
+            elapsed = time.perf_counter() - start
+            if flow.ticks != ticks_before:
+                overshoots.append(elapsed - nap)
+    assert len(overshoots) >= wanted // 2, f"the feeder ran during only {len(overshoots)} naps in 30 s"
+    return 1e3 * statistics.median(overshoots)
 
 
 @pytest.mark.timeout(60)
