@@ -149,3 +149,33 @@ def test_printing_shows_the_lists():
     text = str(_legacy_augs())
     assert text.startswith("imgaug.AugmentorList([\n  imgaug.LegacyBrightness(delta=0.5),\n")
     assert "imgaug.Resize(shape=(30, 30))" in text
+
+
+class _ImageWithMask:
+    """A third-party pre-0.10 augmentor's input: not an array, an image with its mask."""
+
+    def __init__(self, img, mask):
+        self.img, self.mask = img, mask
+
+
+class _FlipBoth(ImageAugmentor):
+    def _get_augment_params(self, meta):
+        return meta.img.shape[1]
+
+    def _augment(self, meta, width):
+        return meta.img[:, ::-1], meta.mask[:, ::-1]
+
+    def _augment_coords(self, coords, width):
+        coords[:, 0] = width - coords[:, 0]
+        return coords
+
+
+def test_old_style_augmentors_may_take_any_object_through_augment_return_params():
+    # as in tensorpack: augment_return_params does not require an array (pose-estimation code
+    # passes an object holding the image, its mask and the joints), augment() does
+    meta = _ImageWithMask(np.arange(6).reshape(2, 3), np.arange(6).reshape(2, 3) * 10)
+    (img, mask), params = _FlipBoth().augment_return_params(meta)
+    assert img.tolist() == [[2, 1, 0], [5, 4, 3]] and mask.tolist() == [[20, 10, 0], [50, 40, 30]]
+    assert _FlipBoth().augment_coords(np.array([[1.0, 0.0]]), params).tolist() == [[2.0, 0.0]]
+    with pytest.raises(TypeError, match="_FlipBoth: expected an image as a numpy array"):
+        _FlipBoth().augment(meta)

@@ -290,7 +290,7 @@ def test_set_dct_method_chooses_the_decode_of_augmentors_here_and_in_spawned_wor
                              start_method="spawn")
     df.reset_state()
     with df:
-        [[in_worker]] = list(df)
+        [in_worker] = next(iter(df))
     assert np.array_equal(in_worker, fast)
     with pytest.raises(ValueError, match=r"set_dct_method: method must be one of \('accurate', 'fast'\), got 'slow'"):
         imgaug.set_dct_method("slow")

@@ -277,3 +277,57 @@ def test_a_pickle_that_cannot_be_loaded_names_the_record():
     with pytest.raises(WireFormatError, match=r"^loads: the pickle cannot be loaded: AttributeError: .*NoSuchClass"):
         loads(b"\x80\x04\x95\x1a\x00\x00\x00\x00\x00\x00\x00\x8c\x08builtins\x94\x8c\x0bNoSuchClass\x94\x93\x94.",
               allow_pickle=True)
+
+
+class _Indexable(LMDBData):
+    """tensorpack-style random access: keys right after the constructor, ``_txn`` and ``_guard``
+    after reset_state (a third-party LMDB getter)."""
+
+    def __init__(self, path):
+        super().__init__(path, shuffle=False)
+        assert self.keys is not None
+        self.index_to_key = dict(enumerate(self.keys))
+
+    def __getitem__(self, index):
+        with self._guard:
+            return self._txn.get(self.index_to_key[index])
+
+
+class _Sharded(LMDBData):
+    """tensorpack's ``_set_keys`` hook overridden to read a shard of the keys with ``_txn``."""
+
+    def __init__(self, path, rank, shards):
+        self.rank, self.shards = rank, shards
+        super().__init__(path, shuffle=False)
+
+    def _set_keys(self, keys=None):
+        cursor = self._txn.cursor()
+        self.keys = [k for k in cursor.iternext(keys=True, values=False) if k != b"__keys__"][self.rank::self.shards]
+
+    def __iter__(self):
+        with self._guard:
+            for key in self.keys:
+                yield [key, self._txn.get(key)]
+
+    def __len__(self):
+        return len(self.keys)
+
+
+def test_lmdbdata_subclasses_written_for_tensorpack_run():
+    from inputpipe.dataflow import MapData
+    path = os.path.join(HERE, "tp_msgpack.lmdb")
+    want = make.datapoints()
+    indexable = _Indexable(path)
+    assert indexable.keys == [b"%08d" % i for i in range(8)] and len(indexable) == 8
+    assert not hasattr(indexable, "_txn")          # closed after the constructor, as in tensorpack
+    indexable.reset_state()
+    assert_datapoint(decode_tensorpack_record(indexable[5]), want[5])
+    for rank in range(2):
+        shard = MapData(_Sharded(path, rank, 2), LMDBSerializer._deserialize_lmdb)
+        assert len(shard) == 4
+        for got, index in zip(_all(shard), range(rank, 8, 2)):
+            assert_datapoint(got, want[index])
+    pickled = MapData(LMDBData(os.path.join(HERE, "tp_pickle.lmdb"), shuffle=False), LMDBSerializer._deserialize_lmdb)
+    pickled.reset_state()
+    with pytest.raises(DatasetFormatError, match=r"LMDBSerializer record b'00000000'.*it is pickled"):
+        next(iter(pickled))

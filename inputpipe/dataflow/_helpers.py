@@ -6,8 +6,8 @@ import numpy as np
 
 from ..utils.seeding import derive_seed
 from ._state import SEED, StatePlan, check_input_state
-from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowLengthUnknown, RNGDataFlow, StateMismatchError, check_state,
-                   empty_passes_mean_stuck, empty_passes_text, require_rng)
+from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowLengthUnknown, RNGDataFlow, StateMismatchError, call_len,
+                   check_state, empty_passes_mean_stuck, empty_passes_text, require_rng)
 
 # A sentinel for "the iterator is exhausted", distinct from every datapoint.
 END = object()
@@ -31,7 +31,7 @@ def empty_epoch_error(ds: DataFlow) -> RuntimeError:
 def length_of(owner: DataFlow, ds: Any, what: str = "its input") -> int:
     """``len(ds)``, or DataFlowLengthUnknown saying that ``owner`` has no length because of ``ds``."""
     try:
-        return len(ds)
+        return call_len(ds)
     except (TypeError, NotImplementedError) as err:
         raise DataFlowLengthUnknown("{} has no length because {} has none ({})".format(
             type(owner).__name__, what, err)) from None

@@ -517,14 +517,11 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         self._in_epoch = False
 
     def _iter_continuous(self) -> Iterator[Any]:
-        size = get_length(self)
         if self._source is None:
             self._source = iter(self.ds)
             self._pass_start = self._next_key
-        answered = 0
-        while size is None or answered < size:
+        while True:
             if self._ready:
-                answered += 1
                 _, result = self._ready.popleft()
                 if result is not None:
                     yield result

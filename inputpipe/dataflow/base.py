@@ -4,6 +4,7 @@ A DataFlow is an iterable of datapoints (a list/tuple of components, or a dict).
 ``reset_state()`` once, in the process that iterates, before iterating.
 """
 import functools
+import operator
 import threading
 from abc import ABCMeta, abstractmethod
 from typing import Any, Dict, Iterator, List, Optional
@@ -129,6 +130,18 @@ def _length_protocol(len_method):
     return __len__
 
 
+def call_len(df: Any) -> int:
+    """``len(df)`` as tensorpack's wrappers asked it, ``df.__len__()``: a ``__len__`` assigned
+    to the instance (``ds.__len__ = lambda: n``, which ``len()`` ignores) counts too."""
+    method = getattr(df, "__len__", None)
+    if method is None:
+        raise TypeError("object of type {!r} has no len()".format(type(df).__name__))
+    length = operator.index(method())
+    if length < 0:
+        raise ValueError("{}.__len__() should return >= 0, got {}".format(type(df).__name__, length))
+    return length
+
+
 def get_length(df: Any, default: Optional[int] = None) -> Optional[int]:
     """``len(df)``, or ``default`` when ``df`` has no length.
 
@@ -137,7 +150,7 @@ def get_length(df: Any, default: Optional[int] = None) -> Optional[int]:
         n = get_length(df)          # None for an infinite generator flow
     """
     try:
-        return len(df)
+        return call_len(df)
     except (TypeError, NotImplementedError):
         return default
 
@@ -371,7 +384,7 @@ class ProxyDataFlow(DataFlow):
         self.ds.reset_state()
 
     def __len__(self) -> int:
-        return len(self.ds)
+        return call_len(self.ds)
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.ds)

@@ -47,6 +47,11 @@ class LMDBData(RNGDataFlow):
     Unlike tensorpack, the stored ``__keys__`` record is never decoded (it may be a pickle); the
     keys are read from the file itself. Needs ``pip install "inputpipe[lmdb]"``.
 
+    Subclasses written for tensorpack work: ``keys`` lists the file's keys also without shuffling
+    (read when first asked), ``_set_keys(keys)`` is called from the constructor with ``_txn`` open,
+    and after ``reset_state()`` ``_txn`` (a read transaction) and ``_lmdb`` (the environment) are
+    open in the process that iterates, with ``_guard``, ``_size`` and ``_shuffle``.
+
     Example::
 
         df = LMDBData("/data/train.lmdb", shuffle=True)
@@ -61,16 +66,41 @@ class LMDBData(RNGDataFlow):
         self._shuffle = shuffle
         self._what = "{}({!r})".format(type(self).__name__, self._lmdb_path)
         _require_file(_lmdb_location(self._lmdb_path)[0], self._what)
-        shared = open_shared_lmdb(self._lmdb_path, not shuffle, self._what)  # referenced while in use
-        with lmdb_errors(self._what, self._lmdb_path), shared.env.begin() as txn:
-            meta = sum(txn.get(key) is not None for key in _META_KEYS)
-            self._size = txn.stat()["entries"] - meta
-            self.keys: Optional[List[bytes]] = None
-            if shuffle:
-                self.keys = self._key_list(txn, keys)
+        self._keys: Optional[List[bytes]] = None
+        self._keys_read = False
         self._env: Optional[_SharedEnv] = None
         self._guard = DataFlowReentrantGuard(type(self).__name__)
+        self._open_lmdb(not shuffle)
+        try:
+            with lmdb_errors(self._what, self._lmdb_path):
+                meta = sum(self._txn.get(key) is not None for key in _META_KEYS)
+                self._size = self._txn.stat()["entries"] - meta
+                self._set_keys(keys)
+        finally:
+            self._close_lmdb()
         logger.info("%s: %d records", self._what, self._size)
+
+    @property
+    def keys(self) -> Optional[List[bytes]]:
+        """The keys iterated when shuffling; without shuffling, the file's keys in order (read
+        from the file when first asked, as tensorpack read them from its ``__keys__`` record)."""
+        if self._keys is None and not self._keys_read and not self._shuffle:
+            self._keys_read = True
+            shared = open_shared_lmdb(self._lmdb_path, True, self._what)
+            with lmdb_errors(self._what, self._lmdb_path), shared.env.begin() as txn:
+                self._keys = self._key_list(txn, None)
+        return self._keys
+
+    @keys.setter
+    def keys(self, keys: Optional[Sequence[Any]]) -> None:
+        self._keys = None if keys is None else list(keys)
+        self._keys_read = True
+
+    def _set_keys(self, keys: Union[None, str, Sequence[Any]] = None) -> None:
+        """tensorpack's hook, called by the constructor with ``self._txn`` open: set ``self.keys``,
+        the keys to iterate when shuffling (the file's keys when ``keys`` is None)."""
+        if self._shuffle:
+            self.keys = self._key_list(self._txn, keys)
 
     def _key_list(self, txn, keys: Union[None, str, Sequence[Any]]) -> List[bytes]:
         if keys is None:
@@ -79,14 +109,34 @@ class LMDBData(RNGDataFlow):
             return [keys.format(i).encode("ascii") for i in range(self._size)]
         return [key.encode("ascii") if isinstance(key, str) else bytes(key) for key in keys]
 
+    def _open_lmdb(self, readahead: Optional[bool] = None) -> None:
+        """Open the file in this process: ``_env`` (shared by the flows over it), ``_lmdb`` (the
+        environment) and ``_txn`` (a read transaction, as tensorpack's subclasses use it)."""
+        self._env = open_shared_lmdb(self._lmdb_path, not self._shuffle if readahead is None else readahead,
+                                     self._what)
+        self._lmdb = self._env.env
+        with lmdb_errors(self._what, self._lmdb_path):
+            self._txn = self._lmdb.begin()
+
+    def _close_lmdb(self) -> None:
+        """End the read transaction and drop this flow's reference to the file."""
+        txn = self.__dict__.pop("_txn", None)
+        if txn is not None:
+            txn.abort()
+        self.__dict__.pop("_lmdb", None)
+        self._env = None
+
     def reset_state(self) -> None:
         super().reset_state()
-        self._env = open_shared_lmdb(self._lmdb_path, not self._shuffle, self._what)
+        self._close_lmdb()
+        self._open_lmdb()
         self._cursor = EpochCursor()
 
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_env"] = None
+        state.pop("_txn", None)
+        state.pop("_lmdb", None)
         return state
 
     def __len__(self) -> int:
@@ -96,7 +146,7 @@ class LMDBData(RNGDataFlow):
         if self._env is None:
             raise RuntimeError("{}: call reset_state() before iterating".format(self._what))
         require_rng(self)
-        size = len(self.keys) if self.keys is not None else self._size
+        size = len(self._keys) if self._shuffle and self._keys is not None else self._size
         order, token = indexed_epoch(self, self._cursor, size, self._shuffle)
         return self._cursor.track(self._records(order), token)
 
@@ -108,7 +158,7 @@ class LMDBData(RNGDataFlow):
                 for key, value in itertools.islice(records, order.start if isinstance(order, range) else 0, None):
                     yield [key, value]
                 return
-            keys = self.keys or []
+            keys = self._keys or []
             for index in order:
                 key = keys[index]
                 value = txn.get(key)
@@ -119,11 +169,11 @@ class LMDBData(RNGDataFlow):
     def get_state(self) -> Dict[str, Any]:
         """``{"type", "epoch", "position", "size", "seed"}``; without shuffling a restore steps over
         the first ``position`` records in key order."""
-        size = len(self.keys) if self.keys is not None else self._size
+        size = len(self._keys) if self._shuffle and self._keys is not None else self._size
         return indexed_state(self, self._require_cursor(), size, self._shuffle)
 
     def _check_state(self, state: Any, plan: StatePlan) -> None:
-        size = len(self.keys) if self.keys is not None else self._size
+        size = len(self._keys) if self._shuffle and self._keys is not None else self._size
         check_indexed(self, self._require_cursor(), state, size, self._shuffle, plan)
 
     def _require_cursor(self) -> EpochCursor:

@@ -8,8 +8,10 @@ channel to the parent and every reply carries its number, so nothing is lost or 
 - ``strict=True``: each call of ``iter()`` yields exactly the datapoints that
   ``MapData(ds, map_func)`` would, each once (those mapped to ``None`` are dropped), whatever
   the number of workers; ``ordered=True`` also keeps the source order.
-- ``strict=False`` (tensorpack's default): the source is iterated continuously and work in flight
-  at the end of an epoch is yielded at the start of the next one; still each datapoint once.
+- ``strict=False`` (tensorpack's default): as in tensorpack, a reordering of
+  ``RepeatedData(MapData(ds, map_func), -1)``: the source is iterated continuously and one
+  iterator never ends (``len()`` is still the source's); each datapoint once per source pass, and
+  an iterator abandoned half way leaves its work in flight to the next one.
 
 Example::
 
@@ -34,7 +36,7 @@ from ..utils.workers import WorkerPool, WorkerPoolOwner
 from ._map_scheduler import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, _ParallelMapBase  # noqa: F401
 from ._resizable import CpuSeconds
 from .autoscale import AUTO, worker_count
-from .base import DataFlow
+from .base import DataFlow, call_len
 from ._helpers import int_at_least_one as _check_positive
 from ._thread_runner import _stop_threads
 # tensorpack's dataflow.parallel_map also has these (outside __all__): scripts import them from here
@@ -240,7 +242,8 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         buffer_size: at most this many datapoints in flight (sent and not yet yielded);
             ``"auto"``: per worker, about 50 ms of its measured work (2 to 32
             tasks, at least 4 when ``ordered``), following the worker count.
-        strict: exactly the datapoints of one source epoch per epoch (see the module doc).
+        strict: exactly the datapoints of one source epoch per epoch; ``False`` (the default, as
+            in tensorpack) streams endlessly from one iterator (see the module doc).
         ordered: yield in source order (a slow datapoint holds back the ones after it).
         start_method: ``"fork"`` (default on Linux), ``"forkserver"`` or ``"spawn"``.
         shm_bytes: shared memory per worker for zero-copy results (at most 96 MiB by default,
@@ -386,7 +389,7 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
         super().__init__(ds, num_proc, map_func, buffer_size=batches_in_flight, **kwargs)
 
     def __len__(self) -> int:
-        return len(self.ds) // self._batch_size
+        return call_len(self.ds) // self._batch_size
 
     def _make_task(self, source: Iterator[Any]) -> Any:
         batch = []

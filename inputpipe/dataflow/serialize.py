@@ -243,6 +243,15 @@ class LMDBSerializer:
         return _LMDBFile(path, shuffle)
 
 
+    @staticmethod
+    def _deserialize_lmdb(dp: Any) -> Any:
+        """tensorpack's decoder of a ``[key, value]`` record of its LMDB files, which subclasses
+        reuse as ``MapData(LMDBData(...), LMDBSerializer._deserialize_lmdb)``: the value decoded
+        as :func:`~inputpipe.dataflow.tensorpack_records.decode_tensorpack_record` does (pickles
+        only with ``INPUTPIPE_ALLOW_PICKLE=1``)."""
+        return decode_tensorpack_record(dp[1], None, "LMDBSerializer record {!r}".format(bytes(dp[0])))
+
+
 def _is_tensorpack_lmdb(path: str) -> bool:
     """Whether ``path`` is an LMDB file of tensorpack's LMDBSerializer (a ``__keys__`` record and no
     inputpipe header)."""

@@ -11,9 +11,12 @@ The checkpoint holds the position as a string: a ``SaveableObject`` in the graph
 ``SAVEABLE_OBJECTS`` collection, which every default ``tf.compat.v1.train.Saver()`` (and so
 every ``MonitoredTrainingSession``) saves and restores. Its tensor is made at save time only: a
 ``numpy_function`` looks up the state of the recorded number and encodes it as JSON. So a step
-pays one small in-graph op, and JSON is written only when a checkpoint is. Restoring hands the
-JSON to Python; the source applies it (``DataFlow.set_state``) when the session starts, before
-its feeding thread does.
+pays one small in-graph op, and JSON is written only when a checkpoint is. Restoring is plain
+TensorFlow: the JSON is assigned to a string variable outside every collection (so no
+initializer overwrites it), which the source reads and clears when the session starts and
+applies (``DataFlow.set_state``) before its feeding thread runs. A graph exported with
+``export_meta_graph`` or as a SavedModel therefore restores in any process, where the
+``numpy_function`` of the building process does not exist.
 
 Example::
 
@@ -26,7 +29,6 @@ import json
 import threading
 from typing import Any, Dict, List, Optional
 
-import numpy as np
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object
 
@@ -79,16 +81,14 @@ class _PositionSaveable(saveable_object.SaveableObject):
     def _save_tensor(self) -> tf.Tensor:
         with tf.device("/cpu:0"):
             consumed = self._position.variable[0]
-            encoded = tf.numpy_function(self._position.encode_consumed, [consumed], tf.string, stateful=True,
-                                        name="encode_input_position")
+            encoded = tf.numpy_function(self._position.encode_consumed, [consumed, self._position.pending_document],
+                                        tf.string, stateful=True, name="encode_input_position")
             encoded.set_shape([])
             return encoded
 
     def restore(self, restored_tensors, restored_shapes):
         with tf.device("/cpu:0"):
-            done = tf.numpy_function(self._position.receive, [restored_tensors[0]], tf.int64, stateful=True,
-                                     name="receive_input_position")
-        return done.op
+            return self._position.restored.assign(restored_tensors[0], name="restore_input_position", read_value=False)
 
 
 class InputPosition:
@@ -130,6 +130,9 @@ class InputPosition:
         self._start_document = b""         # what a session that consumed nothing yet saves
         self._received: Optional[bytes] = None
         self.variable: Any = None            # the local int64 [1] record (made by build())
+        self.restored: Any = None            # the string a restore assigns (made by build())
+        self.pending_document: Any = None    # its value, "" when unset
+        self._take_restored: Any = None      # reads and clears it
 
     def disable(self, reason: Optional[str]) -> None:
         """Stop tracking, for ``reason`` (None: keep tracking)."""
@@ -164,6 +167,16 @@ class InputPosition:
             self.variable = tf.compat.v1.Variable(
                 tf.constant([-1], tf.int64, name="no_position"), trainable=False, name="input_position",
                 collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
+            # in no collection: no initializer runs after a restore (unset until one assigns it)
+            self.restored = tf.compat.v1.Variable("", trainable=False, name="input_position_restored", collections=[],
+                                                  use_resource=True)
+            document = self.pending_document = tf.cond(
+                self.restored.is_initialized(), self.restored.read_value, lambda: tf.constant(""),
+                name="restored_input_position")
+            with tf.control_dependencies([document]):
+                clear = self.restored.assign("", read_value=False)
+            with tf.control_dependencies([clear]):
+                self._take_restored = tf.identity(document, name="take_restored_input_position")
         name = self.variable.op.name
         tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, _PositionSaveable(self, name))
 
@@ -209,10 +222,11 @@ class InputPosition:
         return the DataFlow state to continue from (restored from a checkpoint or set by
         :meth:`pending`), or None to start at the beginning."""
         session.run(self.variable.initializer)
+        restored = session.run(self._take_restored)
         with self._lock:
             self._next = 0
             self._states = {}
-            document, self._received = self._received, None
+            document, self._received = self._received or restored, None   # set_state() by hand goes first
         self._start_document = document or b""
         decoded = decode_position(self.owner, document or b"")
         if decoded is None:
@@ -260,7 +274,8 @@ class InputPosition:
             raise NotResumableError(self.reason)
         if session is None:
             raise RuntimeError("{}: get_state() needs the session the source runs in".format(self.owner))
-        decoded = decode_position(self.owner, self.encode_consumed(session.run(self.variable)[0]))
+        record, restored = session.run([self.variable, self.pending_document])
+        decoded = decode_position(self.owner, self.encode_consumed(record[0], restored))
         return None if decoded is None else decoded["state"]
 
     # -- checkpoint (TF threads) ---------------------------------------------------------------
@@ -268,13 +283,16 @@ class InputPosition:
         """The DataFlow state right after datapoint ``seq`` (None when it is not remembered)."""
         return self._states.get(int(seq))
 
-    def encode_consumed(self, seq: Any) -> bytes:
+    def encode_consumed(self, seq: Any, restored: Any = b"") -> bytes:
         """The checkpoint's document for the recorded number ``seq`` (-1: nothing consumed yet in
-        this session: the position the session started from)."""
+        this session: the position the session started from); a position set or ``restored``
+        that no session start took yet is saved as it is."""
         seq = int(seq)
         with self._lock:
-            if self._received is not None:      # restored, the source has not started yet
+            if self._received is not None:      # set by hand, the source has not started yet
                 return self._received
+        if restored:                            # restored, the source has not started yet
+            return bytes(restored)
         if not self.enabled:
             if not self._save_warned and self.requested is not False:
                 self._save_warned = True           # logged by the next warn_saved() (TF's thread must not log:
@@ -288,12 +306,6 @@ class InputPosition:
                                "the queue or staging holds more than the source allows for".format(
                                    self.owner, seq, self._window))
         return encode_position(self.owner, state, self.flow)
-
-    def receive(self, document: Any) -> np.int64:
-        """Called by the restore op: keep the restored document for the next session start."""
-        with self._lock:
-            self._received = bytes(document)
-        return np.int64(0)
 
 
 def _not_resumable_reason(ds: Any) -> Optional[str]:

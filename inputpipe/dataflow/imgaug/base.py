@@ -296,9 +296,13 @@ class ImageAugmentor:
 
     # --------------------------------------------------------------------------- the old calls
 
-    def augment_return_params(self, img: np.ndarray) -> Tuple[np.ndarray, Any]:
-        """Old API: augment ``img`` and return ``(augmented, params)``; ``params`` is the transform."""
-        img = self._input_image(img)
+    def augment_return_params(self, img: Any) -> Tuple[Any, Any]:
+        """Old API: augment ``img`` and return ``(augmented, params)``; ``params`` is the transform.
+
+        As in tensorpack, ``img`` is not checked here: an old-style augmentor may take any object
+        its ``_get_augment_params`` and ``_augment`` understand (e.g. an image with its mask)."""
+        if is_encoded(img):
+            img = as_encoded(img, type(self).__name__)
         tfm = self.get_transform(img)
         return decoded(tfm.apply_image(img)), tfm
 
