@@ -262,3 +262,18 @@ def test_plasma_flows_import_and_name_their_replacement(name):
                                                   r"removed in version 12.0.*MultiProcessRunnerZMQ\(ds, num_proc\).*"
                                                   r"MultiProcessMapData".format(name)):
         cls(DataFromList([[1]]), socket="/tmp/plasma")
+
+
+def test_the_utils_imports_next_to_tensorpack_dataflow_code_work(caplog):
+    # `from tensorpack.utils import logger` / `from tensorpack.utils.utils import get_rng`, after
+    # the import change: the logger module has tensorpack's module-level calls
+    import numpy as np
+
+    from inputpipe.utils import logger
+    from inputpipe.utils.utils import get_rng, get_tqdm, get_tqdm_kwargs
+    assert isinstance(get_rng(None), np.random.RandomState) and callable(get_tqdm) and callable(get_tqdm_kwargs)
+    for name in ("debug", "info", "warning", "warn", "error", "critical", "fatal", "exception", "log"):
+        assert callable(getattr(logger, name)), name
+    logger.warn("the data loader found %d images", 3)
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("inputpipe", "WARNING", "the data loader found 3 images")]

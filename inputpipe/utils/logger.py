@@ -5,6 +5,10 @@ and DEBUG stay quiet unless asked for. As soon as the application configures log
 on the root logger, e.g. ``logging.basicConfig``), inputpipe's records go only through the
 application's handlers, so nothing is printed twice.
 
+tensorpack's module-level calls work on it too (``logger.info``, ``logger.warn``, ``logger.error``,
+``logger.exception``, ...), for scripts whose ``from tensorpack.utils import logger`` became
+``from inputpipe.utils import logger``.
+
 Example::
 
     import logging
@@ -37,6 +41,19 @@ class _UnconfiguredStderrHandler(logging.Handler):
 logger = logging.getLogger("inputpipe")
 if not any(isinstance(h, _UnconfiguredStderrHandler) for h in logger.handlers):
     logger.addHandler(_UnconfiguredStderrHandler())
+
+
+# tensorpack's ``utils.logger`` module functions, for scripts that log through it after the
+# import change (``from inputpipe.utils import logger; logger.info(...)``): the inputpipe logger's.
+debug = logger.debug
+info = logger.info
+warning = logger.warning
+warn = logger.warning
+error = logger.error
+critical = logger.critical
+fatal = logger.critical
+exception = logger.exception
+log = logger.log
 
 
 def get_logger(name: str) -> logging.Logger:
