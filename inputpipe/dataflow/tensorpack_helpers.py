@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
 import numpy as np
 
 from ..utils.logger import get_logger
-from ..utils.seeding import new_rng
+from ..utils.utils import PROGRESS_REFRESH_ENV, get_rng, get_tqdm, get_tqdm_kwargs  # noqa: F401 (tensorpack's)
 from ..utils.processes import _set_parent_death_signal
 
 __all__ = ["get_rng", "get_tqdm_kwargs", "get_tqdm", "log_once", "log_deprecated", "deprecated", "timed_operation",
@@ -54,71 +54,8 @@ logger = get_logger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Environment variable (tensorpack's) that sets the seconds between progress-bar refreshes.
-PROGRESS_REFRESH_ENV = "TENSORPACK_PROGRESS_REFRESH"
-_TTY_REFRESH_SECONDS = 0.5
-_FILE_REFRESH_SECONDS = 180.0
 #: Seconds :func:`ensure_proc_terminate` waits for a terminated process before it kills it.
 _TERMINATE_GRACE_SECONDS = 1.0
-
-
-# ------------------------------------------------------------------------------- randomness, progress
-
-def get_rng(obj: Any = None) -> np.random.RandomState:
-    """A new ``numpy.random.RandomState`` (tensorpack's ``get_rng``): seeded from fresh entropy,
-    or reproducibly from :func:`inputpipe.dataflow.seeding.set_global_seed` when a global seed is
-    set. ``obj`` is accepted for tensorpack's signature.
-
-    Example::
-
-        rng = get_rng(self)
-        order = rng.permutation(10)
-    """
-    return new_rng(obj)
-
-
-def _refresh_interval(stream: Any) -> float:
-    value = os.environ.get(PROGRESS_REFRESH_ENV)
-    if value is not None:
-        try:
-            return float(value)
-        except ValueError:
-            raise ValueError("{}={!r}: expected a number of seconds".format(PROGRESS_REFRESH_ENV, value)) from None
-    isatty = getattr(stream, "isatty", None)
-    return _TTY_REFRESH_SECONDS if callable(isatty) and isatty() else _FILE_REFRESH_SECONDS
-
-
-def get_tqdm_kwargs(**kwargs: Any) -> Dict[str, Any]:
-    """tensorpack's default ``tqdm`` arguments, updated with ``kwargs``: an ASCII bar with the rate,
-    refreshed every 0.5 s on a terminal and every 180 s otherwise (a log file), or every
-    ``$TENSORPACK_PROGRESS_REFRESH`` seconds.
-
-    Example::
-
-        bar = tqdm.tqdm(total=100, **get_tqdm_kwargs(desc="reading"))
-    """
-    defaults: Dict[str, Any] = {
-        "smoothing": 0.5,
-        "dynamic_ncols": True,
-        "ascii": True,
-        "bar_format": "{l_bar}{bar}|{n_fmt}/{total_fmt}[{elapsed}<{remaining},{rate_noinv_fmt}]",
-        "mininterval": _refresh_interval(kwargs.get("file", sys.stderr)),
-    }
-    defaults.update(kwargs)
-    return defaults
-
-
-def get_tqdm(*args: Any, **kwargs: Any) -> Any:
-    """``tqdm.tqdm(*args, **kwargs)`` with :func:`get_tqdm_kwargs`' defaults.
-
-    Example::
-
-        for item in get_tqdm(items, desc="converting"):
-            ...
-    """
-    from tqdm import tqdm
-
-    return tqdm(*args, **get_tqdm_kwargs(**kwargs))
 
 
 # ------------------------------------------------------------------------------------------- logging

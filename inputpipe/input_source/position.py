@@ -168,8 +168,8 @@ class InputPosition:
                 tf.constant([-1], tf.int64, name="no_position"), trainable=False, name="input_position",
                 collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
             # in no collection: no initializer runs after a restore (unset until one assigns it)
-            self.restored = tf.compat.v1.Variable("", trainable=False, name="input_position_restored", collections=[],
-                                                  use_resource=True)
+            self.restored = tf.compat.v1.Variable(tf.constant("", name="no_restored_position"), trainable=False,
+                                                  name="input_position_restored", collections=[], use_resource=True)
             document = self.pending_document = tf.cond(
                 self.restored.is_initialized(), self.restored.read_value, lambda: tf.constant(""),
                 name="restored_input_position")
@@ -221,8 +221,7 @@ class InputPosition:
         """Called when the source starts in ``session``: reset the record and the numbering and
         return the DataFlow state to continue from (restored from a checkpoint or set by
         :meth:`pending`), or None to start at the beginning."""
-        session.run(self.variable.initializer)
-        restored = session.run(self._take_restored)
+        _, restored = session.run([self.variable.initializer, self._take_restored])
         with self._lock:
             self._next = 0
             self._states = {}

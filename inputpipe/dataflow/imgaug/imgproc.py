@@ -371,9 +371,7 @@ class Saturation(PhotometricAugmentor):
         self.clip = clip
 
     def _get_augment_params(self, _):
-        # a Python float: 1 + the draw in double precision, as numpy 1 computed it for tensorpack
-        # (numpy 2 keeps a float32 draw float32, and 1 - v then differs in the last bit)
-        return 1.0 + float(self._rand_range(-self.alpha, self.alpha))
+        return 1 + self._rand_range(-self.alpha, self.alpha)
 
     def _augment(self, img, factor):
         return _keeping_alpha(lambda colour: self._blend_with_grey(colour, factor), img)

@@ -96,8 +96,8 @@ class ResizeShortestEdge(ImageAugmentor):
         return ResizeTransform(h, w, new_h, new_w, self.interp)
 
 
-def _round_at_least(size: float, minimum: int) -> int:
-    """``max(size, minimum)`` rounded half up, in double precision."""
+def _round_at_least(size: np.ndarray, minimum: int) -> int:
+    """``max(size, minimum)`` rounded half up (in the precision of ``size`` when that is larger)."""
     return int((minimum if minimum > size else size) + 0.5)
 
 
@@ -152,13 +152,12 @@ class RandomResize(ImageAugmentor):
                 _logger.warning("RandomResize: aspect_ratio_thres == 0, so yrange %s is not used", yrange)
 
     def _draw_size(self, h: int, w: int) -> Tuple[int, int]:
-        # float32 draws used in double precision, as numpy 1 computed them for tensorpack
-        sx = float(self._rand_range(*self.xrange))
+        sx = self._rand_range(*self.xrange)
         if self.aspect_ratio_thres == 0:
             sy = sx if self._is_scale else sx * 1.0 / w * h
         else:
             assert self.yrange is not None  # __init__ requires yrange unless aspect_ratio_thres == 0
-            sy = float(self._rand_range(*self.yrange))
+            sy = self._rand_range(*self.yrange)
         if self._is_scale:
             return _round_at_least(sx * w, self.minimum[0]), _round_at_least(sy * h, self.minimum[1])
         return _round_at_least(sx, self.minimum[0]), _round_at_least(sy, self.minimum[1])
