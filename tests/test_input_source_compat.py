@@ -254,3 +254,24 @@ def test_an_exception_outside_exception_is_not_mixed_in():
     err = failure_error("QueueInput: stopped", StopIteration())
     assert type(err) is InputSourceError            # would end a generator or loop silently
     assert type(failure_error("a", KeyError("k"))) is type(failure_error("b", KeyError("j")))   # cached
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("in_worker", [False, True])
+def test_reset_state_while_the_session_runs_does_not_restart_the_dataflow(in_worker):
+    # tensorpack's InferenceRunner calls input.reset_state() before each pass of size() steps; on a
+    # running queue source that is a no-op there, so every pass is the epoch in order (resetting
+    # the DataFlow under the feeding thread started each pass with the last batch queued before)
+    from inputpipe.dataflow import BatchData, DataFromList
+    from inputpipe.input_source import QueueInput, hooked_session
+    source = QueueInput(BatchData(DataFromList([[i] for i in range(10)], shuffle=False), 2), in_worker=in_worker)
+    with tf.Graph().as_default() as graph:
+        source.setup([tf.TensorSpec([None], tf.int64, "label")])
+        label, = source.get_input_tensors()
+        with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
+            passes = []
+            for _ in range(3):
+                with sess.as_default():
+                    source.reset_state()
+                passes.append([run(label).tolist() for _ in range(source.size())])
+    assert passes == [[[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]] * 3

@@ -457,3 +457,21 @@ def test_the_examples_tensorpack_style_source_runs_under_staging_input():
                              run_name="example")
     assert example["tensorpack_protocol_demo"]() == [6, 4, 4, 9, 6, 4]
     assert not [t for t in threading.enumerate() if t.name == "WordQueueInput-filler"]
+
+
+def test_a_queue_input_subclass_reading_tensorpacks_internals_is_told_what_to_use():
+    # a third-party FlexibleQueueInput overrode _setup to size the queue and start tensorpack's
+    # EnqueueThread over self._inf_ds: the missing internal is named with the ways inputpipe has
+    from inputpipe.dataflow import DataFromList
+    from inputpipe.input_source import QueueInput
+
+    class FlexibleQueueInput(QueueInput):
+        def _setup(self, inputs):
+            self.thread = (self._inf_ds, inputs)
+
+    source = FlexibleQueueInput(DataFromList([[np.zeros(3, np.float32), 1]], shuffle=False))
+    with tf.Graph().as_default():
+        with pytest.raises(AttributeError, match=r"'FlexibleQueueInput' object has no attribute '_inf_ds': tensorpack's "
+                                                 r"QueueInput internals \(.*\) do not exist in inputpipe.*"
+                                                 r"QueueInput\(ds, queue=\.\.\.\) or set QueueInput.default_capacity"):
+            source.setup(SPECS)

@@ -86,6 +86,10 @@ def timed_input(make_outputs: Callable[[], Any]):
         return outputs, tf.subtract(end, start, name="input_wait_seconds")
 
 
+# What a tensorpack QueueInput subclass reads of its base (tensorpack 0.11's feeding machinery).
+_TENSORPACK_QUEUE_INTERNALS = frozenset(["_inf_ds", "_input_placehdrs", "thread", "refill_queue", "_dequeue_op"])
+
+
 class InputSource:
     """Base class of every InputSource (tensorpack's names and signatures).
 
@@ -140,6 +144,13 @@ class InputSource:
             value = threading.Lock()
         elif attribute == "stats":
             value = InputStats(self.name)
+        elif attribute in _TENSORPACK_QUEUE_INTERNALS:
+            raise AttributeError(
+                "{!r} object has no attribute {!r}: tensorpack's QueueInput internals ({}) do not exist in inputpipe, "
+                "whose QueueInput feeds its queue itself. To size the queue pass QueueInput(ds, queue=...) or set "
+                "QueueInput.default_capacity; to write your own source see docs/input_source.md, "
+                "\"tensorpack's protocol\"".format(type(self).__name__, attribute,
+                                                     ", ".join(sorted(_TENSORPACK_QUEUE_INTERNALS))))
         else:
             raise AttributeError("{!r} object has no attribute {!r}".format(type(self).__name__, attribute))
         self.__dict__[attribute] = value

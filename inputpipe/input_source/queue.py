@@ -121,7 +121,12 @@ class QueueInput(FeedfreeInput):
         self._reset_done = False
 
     def reset_state(self) -> None:
-        """Reset the DataFlow (``in_worker``: start its worker process, which resets it there)."""
+        """Reset the DataFlow (``in_worker``: start its worker process, which resets it there).
+        While a session's feeding thread iterates it, nothing is done, as in tensorpack (whose
+        ``InferenceRunner`` calls it before every pass): the pass continues the stream."""
+        if self._thread is not None:
+            logger.debug("%s: reset_state() while the feeding thread runs does nothing", self.name)
+            return
         if self._worker_feed is not None:
             self._worker_feed.reset_state()
         else:
