@@ -25,7 +25,7 @@ GPU_CAPABLE = frozenset([
 
 def _has_gpu_kernel(op_type):
     registered = {k.device_type for k in kernels.get_registered_kernels_for_op(op_type).kernel}
-    if any(d == "GPU" for d in registered):
+    if any(d in ("GPU", "DEFAULT") for d in registered):    # DEFAULT: every device type (IdentityN)
         return True
     return op_type in GPU_CAPABLE
 

@@ -41,6 +41,22 @@ _WORKER_STOP_GRACE = 0.3
 DEFAULT_GIL_SWITCH_INTERVAL = 0.001
 
 
+
+def _named_like_tensorpack(tensors: List[tf.Tensor], scope: str, after: List[tf.Operation]) -> List[tf.Tensor]:
+    """The dequeued tensors as the outputs of one ``IdentityN`` op named ``<scope>/input_deque``
+    (tensorpack's name for the tensors the model reads, which code that restores the graph feeds
+    by name), run after ``after`` (the input position's record). A scope that is not a valid
+    name keeps the op in the current one."""
+    with tf.control_dependencies(after):
+        try:
+            with tf.compat.v1.name_scope(scope + "/"):
+                named = tf.identity_n(tensors, name="input_deque")
+        except ValueError:
+            named = tf.identity_n(tensors, name="input_deque")
+    for out, tensor in zip(named, tensors):
+        out.set_shape(tensor.shape)
+    return list(named)
+
 class QueueInput(FeedfreeInput):
     """Prepare data in a background thread: iterate ``ds`` and enqueue each datapoint into
     ``queue`` (default: a ``FIFOQueue`` of capacity 50 on the CPU) in the training session;
@@ -217,8 +233,9 @@ class QueueInput(FeedfreeInput):
         for tensor, spec in zip(outputs, self._require_setup()):
             tensor.set_shape(spec.shape)
         consume_op = outputs[0].op
-        if seq is not None and not self._staged_reads and self._position.enabled:
-            outputs = self._position.recorded(outputs, seq)
+        if not self._staged_reads:
+            record = [self._position.record_op(seq)] if seq is not None and self._position.enabled else []
+            outputs = _named_like_tensorpack(outputs, self.name, record)
         return Tower(outputs, consume_op=consume_op, stat_tensors={"wait": wait},
                      seq=seq if self._staged_reads else None)
 
