@@ -48,17 +48,20 @@ _LOADER = textwrap.dedent("""
     import numpy as np
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
-    kind, path, x_name, y_name = sys.argv[1:]
-    with tf.compat.v1.Session() as sess:
-        if kind == "meta":
-            saver = tf.compat.v1.train.import_meta_graph(path + ".meta")
-            saver.restore(sess, path)
-        else:
-            tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
-        graph = tf.compat.v1.get_default_graph()
-        x, y = graph.get_tensor_by_name(x_name), graph.get_tensor_by_name(y_name)
-        out = sess.run(y, {x: np.array([1.0, 2.0], np.float32)}, options=tf.compat.v1.RunOptions(timeout_in_ms=20000))
-        print("RESULT", out.ravel().tolist(), "inputpipe" in sys.modules)
+    checkpoint, export, x_name, y_name = sys.argv[1:]
+    for kind in ("meta", "new_saver", "saved_model"):
+        with tf.Graph().as_default() as graph, tf.compat.v1.Session() as sess:
+            if kind == "meta":
+                tf.compat.v1.train.import_meta_graph(checkpoint + ".meta").restore(sess, checkpoint)
+            elif kind == "new_saver":
+                tf.compat.v1.train.import_meta_graph(checkpoint + ".meta")
+                tf.compat.v1.train.Saver(var_list=tf.compat.v1.global_variables()).restore(sess, checkpoint)
+            else:
+                tf.compat.v1.saved_model.loader.load(sess, ["serve"], export)
+            x, y = graph.get_tensor_by_name(x_name), graph.get_tensor_by_name(y_name)
+            out = sess.run(y, {x: np.array([1.0, 2.0], np.float32)},
+                           options=tf.compat.v1.RunOptions(timeout_in_ms=20000))
+            print("RESULT", kind, out.ravel().tolist(), "inputpipe" in sys.modules)
 """)
 
 
@@ -71,8 +74,9 @@ def test_the_training_graph_restores_for_inference_in_a_process_without_inputpip
         assert x_name == "QueueInput/input_deque:0"        # tensorpack's name, which restoring code feeds
     expected = (np.array([[1.0, 2.0]], np.float32) @ trained).ravel().tolist()
     assert trained.ravel().tolist() == [2.5, 2.5]
-    for kind, path in (("meta", checkpoint), ("saved_model", export)):
-        done = subprocess.run([sys.executable, "-c", _LOADER, kind, path, x_name, y_name], capture_output=True,
-                              text=True, timeout=90, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-        assert done.returncode == 0, (kind, done.stderr[-3000:])
-        assert "RESULT {} False".format(expected) in done.stdout, (kind, done.stdout)
+    done = subprocess.run([sys.executable, "-c", _LOADER, checkpoint, export, x_name, y_name], capture_output=True,
+                          text=True, timeout=90, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [line for line in done.stdout.splitlines() if line.startswith("RESULT")]
+    assert results == ["RESULT {} {} False".format(kind, expected) for kind in ("meta", "new_saver", "saved_model")], \
+        done.stdout
