@@ -73,8 +73,8 @@ class RayMapData(_ParallelMapBase):
     The contract of :class:`~inputpipe.dataflow.MultiProcessMapData`: the source is iterated in
     this process; each datapoint is mapped exactly once; with ``strict=True`` every epoch yields
     exactly the datapoints of ``MapData(ds, map_func)`` (``None`` results dropped), in source
-    order when ``ordered=True``; with ``strict=False`` work in flight at the end of an epoch is
-    yielded at the start of the next. An exception in ``map_func`` is raised here within a poll
+    order when ``ordered=True``; with ``strict=False`` one iterator streams the source's passes
+    without end (``len()`` is one pass). An exception in ``map_func`` is raised here within a poll
     interval as :class:`~inputpipe.utils.errors.WorkerError` with the actor's traceback (also an
     instance of the original class where that class allows it). An actor that dies is restarted
     by Ray and its datapoints are sent again, each still yielded once.
