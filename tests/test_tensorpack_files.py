@@ -331,3 +331,17 @@ def test_lmdbdata_subclasses_written_for_tensorpack_run():
     pickled.reset_state()
     with pytest.raises(DatasetFormatError, match=r"LMDBSerializer record b'00000000'.*it is pickled"):
         next(iter(pickled))
+
+
+def test_the_serializer_helpers_custom_serializers_import_work_on_both_kinds_of_file(tmp_path):
+    from inputpipe.dataflow import DataFromList, MapData
+    from inputpipe.dataflow.serialize import _reset_df_and_get_size
+    from inputpipe.utils.compatible_serialize import dumps as compat_dumps, loads as compat_loads
+    points = [[np.arange(3) * i, "name%d" % i] for i in range(5)]
+    assert _reset_df_and_get_size(DataFromList(points, shuffle=False)) == 5
+    path = str(tmp_path / "own.lmdb")
+    LMDBSerializer.save(DataFromList(points, shuffle=False), path)
+    # the recipe of tensorpack's subclasses, over a file inputpipe wrote
+    own = _all(MapData(LMDBData(path, shuffle=False), LMDBSerializer._deserialize_lmdb))
+    assert [(dp[0].tolist(), dp[1]) for dp in own] == [(p[0].tolist(), p[1]) for p in points]
+    assert compat_loads(compat_dumps(points[2]))[1] == "name2"

@@ -29,7 +29,7 @@ from ..utils.logger import get_logger
 from ..utils.serialize import WireFormatError, _loads_wire, dumps
 from ._helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
 from ._state import IntRange, StatePlan
-from .base import DataFlow, RNGDataFlow, StateMismatchError, check_state
+from .base import DataFlow, RNGDataFlow, StateMismatchError, check_state, get_length
 from .format import LMDBData, LMDBDataDecoder
 from .dataset_io import (
     DatasetFormatError, _AtomicPath, _datapoints, _import_lmdb, _lmdb_key, _lmdb_location, _refuse_existing,
@@ -245,11 +245,22 @@ class LMDBSerializer:
 
     @staticmethod
     def _deserialize_lmdb(dp: Any) -> Any:
-        """tensorpack's decoder of a ``[key, value]`` record of its LMDB files, which subclasses
+        """tensorpack's decoder of a ``[key, value]`` record of an LMDB file, which subclasses
         reuse as ``MapData(LMDBData(...), LMDBSerializer._deserialize_lmdb)``: the value decoded
-        as :func:`~inputpipe.dataflow.tensorpack_records.decode_tensorpack_record` does (pickles
-        only with ``INPUTPIPE_ALLOW_PICKLE=1``)."""
-        return decode_tensorpack_record(dp[1], None, "LMDBSerializer record {!r}".format(bytes(dp[0])))
+        by :func:`inputpipe.utils.serialize.loads`, whether :meth:`save` or tensorpack wrote it
+        (pickles only with ``INPUTPIPE_ALLOW_PICKLE=1``)."""
+        try:
+            return loads(dp[1])
+        except WireFormatError as err:
+            raise DatasetFormatError("LMDBSerializer record {!r}: {}".format(bytes(dp[0]), err)) from err
+
+
+def _reset_df_and_get_size(df: DataFlow) -> int:
+    """tensorpack's helper of its serializers (custom serializers import it): ``df.reset_state()``,
+    then ``len(df)``, or 0 when the flow has no length."""
+    df.reset_state()
+    size = get_length(df)
+    return 0 if size is None else size
 
 
 def _is_tensorpack_lmdb(path: str) -> bool:

@@ -13,6 +13,7 @@ from typing import Any, Dict
 
 import numpy as np
 
+from . import logger  # noqa: F401  (tensorpack's utils.utils has it: `from ...utils.utils import logger`)
 from .seeding import new_rng
 
 __all__ = ["get_rng", "get_tqdm_kwargs", "get_tqdm"]
