@@ -426,3 +426,47 @@ def test_inputpipe_reads_files_written_by_tf(tf, tmp_path):
     df = load("tfrecord", path)
     assert len(df) == 6
     assert_datapoints_equal(datapoints, list(df))
+
+
+def test_lmdb_files_have_tensorpacks_layout_for_code_that_reads_them_with_lmdb_itself(tmp_path):
+    # keys 00000000, 00000001, ... and a __keys__ list, as tensorpack's LMDBSerializer.save wrote:
+    # PyTorch datasets that read such files with `lmdb` (by formatted index, through the __keys__
+    # list, or with a cursor that skips __keys__) read inputpipe's files too, with `loads`
+    import lmdb
+    path = str(tmp_path / "d.lmdb")
+    points = [[np.arange(4, dtype=np.int16) * i, "x%d" % i] for i in range(12)]
+    LMDBSerializer.save(DataFromList(points, shuffle=False), path)
+    env = lmdb.open(path, subdir=False, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            assert txn.stat()["entries"] - 1 == 12
+            by_index = [wire.loads(txn.get(u"{:08}".format(i).encode("ascii"))) for i in range(12)]
+            keys = wire.loads(txn.get(b"__keys__"))
+            by_list = [wire.loads(txn.get(k)) for k in keys]
+            by_cursor = [wire.loads(v) for k, v in txn.cursor() if k != b"__keys__"]
+    finally:
+        env.close()
+    assert keys == [b"%08d" % i for i in range(12)]
+    for got in (by_index, by_list, by_cursor):
+        assert [(dp[0].tolist(), dp[1]) for dp in got] == [(p[0].tolist(), p[1]) for p in points]
+
+
+def test_lmdb_files_written_before_0_3_still_load(tmp_path):
+    # 10-digit keys and an __inputpipe__ header with the count
+    meta = wire.dumps({"inputpipe_dataset": "lmdb", "version": 1, "count": 3})
+    _write_lmdb(tmp_path / "old", {b"__inputpipe__": meta, **{b"%010d" % i: wire.dumps([i]) for i in range(3)}})
+    for shuffle in (False, True):
+        df = LMDBSerializer.load(str(tmp_path / "old"), shuffle=shuffle)
+        df.reset_state()
+        assert len(df) == 3 and sorted(dp[0] for dp in df) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("keys, match", [
+    (wire.dumps({"a": 1}), r"the '__keys__' record must list the keys b'00000000', b'00000001', \.\.\. in order; got a dict"),
+    (wire.dumps([b"00000000", b"00000005"]), r"got b'00000005' at position 1 of 2"),
+    (wire._MAGIC + b"\x00garbage", r"corrupt '__keys__' record"),
+])
+def test_an_lmdb_file_with_a_wrong_key_list_is_refused(keys, match, tmp_path):
+    _write_lmdb(tmp_path / "d", {b"__keys__": keys, b"00000000": wire.dumps([0])})
+    with pytest.raises(DatasetFormatError, match=match):
+        LMDBSerializer.load(str(tmp_path / "d"))

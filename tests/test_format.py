@@ -92,7 +92,7 @@ def test_lmdbdata_of_an_inputpipe_file_skips_its_header_and_decoder_maps(tmp_pat
     raw = LMDBData(str(tmp_path / "ip.lmdb"), shuffle=False)
     assert len(raw) == 5
     decoded = LMDBDataDecoder(raw, lambda k, v: None if k.endswith(b"3") else [k])
-    assert _all(decoded) == [[b"%010d" % i] for i in (0, 1, 2, 4)]
+    assert _all(decoded) == [[b"%08d" % i] for i in (0, 1, 2, 4)]
     shuffled = LMDBData(str(tmp_path / "ip.lmdb"), shuffle=True)
     assert sorted(_all(shuffled)) == sorted(_all(raw))
 

@@ -20,20 +20,22 @@ Example::
 import os
 import struct
 import tokenize
-from typing import Any, Dict, Iterator, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from ..utils.crc32c import masked_crc32c
 from ..utils.logger import get_logger
-from ..utils.serialize import WireFormatError, _loads_wire, dumps
-from ._helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
+from ..utils.serialize import _MAGIC, WireFormatError, _loads_wire, dumps
+from ._helpers import EpochCursor
 from ._state import IntRange, StatePlan
-from .base import DataFlow, RNGDataFlow, StateMismatchError, check_state, get_length
+from .base import DataFlow, StateMismatchError, check_state, get_length
 from .format import LMDBData, LMDBDataDecoder
+from ._dataset_headers import DATASET_FORMAT_VERSION, _check_header, _decode_record, _header
+from ._lmdb_file import _LMDB_INITIAL_MAP_SIZE, _LMDB_KEYS_KEY, _LMDB_META_KEY, _LMDBFile, _record_key
 from .dataset_io import (
-    DatasetFormatError, _AtomicPath, _datapoints, _import_lmdb, _lmdb_key, _lmdb_location, _refuse_existing,
-    _require_file, _SharedEnv, lmdb_errors, open_shared_lmdb,
+    DatasetFormatError, _AtomicPath, _datapoints, _import_lmdb, _lmdb_location, _refuse_existing,
+    _require_file, lmdb_errors, open_shared_lmdb,
 )
 from .hdf5 import HDF5Serializer
 from .raw import DataFromList
@@ -49,131 +51,6 @@ __all__ = ["LMDBSerializer", "TFRecordSerializer", "NumpySerializer", "HDF5Seria
            "DATASET_FORMAT_VERSION"]
 
 logger = get_logger(__name__)
-
-#: Version of the dataset file layouts written here; files of other versions are refused.
-DATASET_FORMAT_VERSION = 1
-
-_TAG_KEY = "inputpipe_dataset"
-
-
-def _header(container: str, **fields: Any) -> dict:
-    header = {_TAG_KEY: container, "version": DATASET_FORMAT_VERSION}
-    header.update(fields)
-    return header
-
-
-def _check_header(header: Any, container: str, what: str) -> dict:
-    if not isinstance(header, dict) or _TAG_KEY not in header:
-        raise DatasetFormatError("{}: not an inputpipe dataset file (no format tag)".format(what))
-    if header[_TAG_KEY] != container:
-        raise DatasetFormatError("{}: this is an inputpipe {!r} dataset file, expected {!r}; load it with "
-                                 "the matching serializer".format(what, header[_TAG_KEY], container))
-    if header.get("version") != DATASET_FORMAT_VERSION:
-        raise DatasetFormatError("{}: dataset format version {!r}, this inputpipe reads version {}".format(
-            what, header.get("version"), DATASET_FORMAT_VERSION))
-    return header
-
-
-def _decode_record(data: Any, what: str, index: int, copy: bool = False) -> Any:
-    try:
-        return _loads_wire(data, max_bytes=max(len(data), 1), copy=copy)
-    except WireFormatError as err:
-        raise DatasetFormatError("{}: record {} is corrupt: {}".format(what, index, err)) from None
-
-
-# ----------------------------------------------------------------------------------------- LMDB
-
-_LMDB_META_KEY = b"__inputpipe__"
-_LMDB_INITIAL_MAP_SIZE = 1 << 28
-
-
-class _LMDBFile(RNGDataFlow):
-    """The datapoints of an LMDB file written by :meth:`LMDBSerializer.save`."""
-
-    def __init__(self, path: str, shuffle: bool):
-        super().__init__()
-        self.path = path
-        self.shuffle = shuffle
-        self._what = "LMDBSerializer.load({!r})".format(path)
-        _import_lmdb()
-        data_file, _ = _lmdb_location(path)
-        _require_file(data_file, self._what)
-        shared = self._open()
-        with lmdb_errors(self._what, path), shared.env.begin() as txn:
-            meta = txn.get(_LMDB_META_KEY)
-            if meta is None:
-                raise DatasetFormatError("{}: not an inputpipe LMDB dataset: no {!r} key, and no tensorpack "
-                                         "'__keys__' key either".format(self._what, _LMDB_META_KEY.decode()))
-        try:
-            header = _loads_wire(meta, max_bytes=len(meta))
-        except WireFormatError as err:
-            raise DatasetFormatError("{}: corrupt metadata: {}".format(self._what, err)) from None
-        header = _check_header(header, "lmdb", self._what)
-        count = header.get("count")
-        if type(count) is not int or count < 0:
-            raise DatasetFormatError("{}: metadata has no valid record count: {!r}".format(self._what, count))
-        self._count = count
-        self._env: Optional[_SharedEnv] = None
-
-    def _open(self) -> _SharedEnv:
-        """This process' environment of the file (opened on first use)."""
-        return open_shared_lmdb(self.path, not self.shuffle, self._what)
-
-    def reset_state(self) -> None:
-        super().reset_state()
-        # Opened here, in the process that iterates: an LMDB handle must not cross a fork.
-        self._env = self._open()
-        self._cursor = EpochCursor()
-
-    # A copy sent to a spawned worker process re-opens the file in its own reset_state().
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_env"] = None
-        return state
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __iter__(self) -> Iterator[Any]:
-        cursor = self._require_cursor()
-        order, token = indexed_epoch(self, cursor, self._count, self.shuffle)
-        return cursor.track(self._records(order), token)
-
-    def _records(self, order: Sequence[int]) -> Iterator[Any]:
-        assert self._env is not None        # checked by __iter__ (_require_cursor), which made this generator
-        with lmdb_errors(self._what, self.path), self._env.env.begin(buffers=True) as txn:
-            if self.shuffle:
-                for index in order:
-                    value = txn.get(_lmdb_key(index))
-                    if value is None:
-                        raise DatasetFormatError("{}: record {} of {} is missing".format(
-                            self._what, index, self._count))
-                    yield _decode_record(value, self._what, index, copy=True)
-                return
-            cursor = txn.cursor()
-            if len(order) and not cursor.set_key(_lmdb_key(order[0])):
-                raise DatasetFormatError("{}: record {} of {} is missing".format(self._what, order[0], self._count))
-            for index in order:
-                key = cursor.key()
-                if bytes(key) != _lmdb_key(index):
-                    raise DatasetFormatError("{}: record {} of {} is missing (found key {!r})".format(
-                        self._what, index, self._count, bytes(key)))
-                # copy=True: the value is LMDB's memory, valid only until the cursor moves.
-                yield _decode_record(cursor.value(), self._what, index, copy=True)
-                cursor.next()
-
-    def get_state(self) -> Dict[str, Any]:
-        """``{"type", "epoch", "position", "size", "seed"}`` (epoch ``e`` is shuffled from (base seed, ``e``))."""
-        return indexed_state(self, self._require_cursor(), self._count, self.shuffle)
-
-    def _check_state(self, state: Any, plan: StatePlan) -> None:
-        check_indexed(self, self._require_cursor(), state, self._count, self.shuffle, plan)
-
-    def _require_cursor(self) -> EpochCursor:
-        if self._env is None:
-            raise RuntimeError("{}: call reset_state() before iterating or using its state".format(self._what))
-        return self._cursor
-
 
 class LMDBSerializer:
     """Save a DataFlow to an LMDB file, one record per datapoint, and load it back.
@@ -219,14 +96,16 @@ class LMDBSerializer:
         with _AtomicPath(target) as tmp:
             env = lmdb.open(tmp, subdir=False, map_size=_LMDB_INITIAL_MAP_SIZE, meminit=False, map_async=True)
             try:
-                pending, count = [], 0
+                pending: List[Tuple[bytes, Any]] = []
+                keys: List[bytes] = []
                 for dp in _datapoints(df, what):
-                    pending.append((_lmdb_key(count), dumps(dp)))
-                    count += 1
+                    keys.append(_record_key(len(keys)))
+                    pending.append((keys[-1], dumps(dp)))
                     if len(pending) >= write_frequency:
                         _lmdb_commit(env, lmdb, pending)
                         pending = []
-                pending.append((_LMDB_META_KEY, dumps(_header("lmdb", count=count))))
+                count = len(keys)
+                pending.append((_LMDB_KEYS_KEY, dumps(keys)))
                 _lmdb_commit(env, lmdb, pending)
                 env.sync(True)
             finally:
@@ -264,14 +143,15 @@ def _reset_df_and_get_size(df: DataFlow) -> int:
 
 
 def _is_tensorpack_lmdb(path: str) -> bool:
-    """Whether ``path`` is an LMDB file of tensorpack's LMDBSerializer (a ``__keys__`` record and no
-    inputpipe header)."""
+    """Whether ``path`` is an LMDB file of tensorpack's LMDBSerializer: a ``__keys__`` record that
+    is not in inputpipe's wire format, and no header of an inputpipe file written before 0.3."""
     what = "LMDBSerializer.load({!r})".format(path)
     _import_lmdb()
     _require_file(_lmdb_location(path)[0], what)
     shared = open_shared_lmdb(path, True, what)  # kept referenced: the last reference closes it
-    with lmdb_errors(what, path), shared.env.begin() as txn:
-        return txn.get(_LMDB_META_KEY) is None and txn.get(b"__keys__") is not None
+    with lmdb_errors(what, path), shared.env.begin(buffers=True) as txn:
+        listed = txn.get(_LMDB_KEYS_KEY)
+        return txn.get(_LMDB_META_KEY) is None and listed is not None and bytes(listed[:len(_MAGIC)]) != _MAGIC
 
 
 class _TensorpackValueDecoder:
