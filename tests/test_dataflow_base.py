@@ -298,13 +298,14 @@ def test_pre_09_flows_stay_concrete_under_the_abstract_base():
 def test_a_length_assigned_to_the_instance_counts_for_the_flows_around_it():
     # tensorpack's wrappers asked ds.__len__(), so `ds.__len__ = lambda: n` on a generator flow
     # gave the chain a length (a tfds-fed loader does this); len() itself ignores it
-    from inputpipe.dataflow import BatchData, DataFromGenerator, MapData, MultiProcessMapAndBatchData
+    from inputpipe.dataflow import BatchData, DataFromGenerator, MapData, MultiProcessMapAndBatchData, MultiThreadRunner
     source = DataFromGenerator(lambda: ([i] for i in range(100)))
     source.__len__ = lambda: 10
     assert len(MapData(source, lambda dp: dp)) == 10
     assert len(BatchData(MapData(source, lambda dp: dp), 3)) == 3
     assert len(BatchData(source, 3, remainder=True)) == 4
     assert len(MultiProcessMapAndBatchData(source, 1, lambda dp: dp, 5)) == 2
+    assert len(MultiThreadRunner(lambda: source, 1, 2)) == 10
     source.__len__ = lambda: -1
     with pytest.raises(ValueError, match=r"DataFromGenerator.__len__\(\) should return >= 0, got -1"):
         len(MapData(source, lambda dp: dp))

@@ -275,3 +275,24 @@ def test_reset_state_while_the_session_runs_does_not_restart_the_dataflow(in_wor
                     source.reset_state()
                 passes.append([run(label).tolist() for _ in range(source.size())])
     assert passes == [[[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]] * 3
+
+
+def test_the_model_reads_tensorpacks_tensor_names_in_the_scope_setup_made():
+    from inputpipe.dataflow import DataFromList
+    from inputpipe.input_source import BatchQueueInput, QueueInput
+
+    def source(cls=QueueInput, *args):
+        return cls(DataFromList([[np.float32(i)] for i in range(4)], shuffle=False), *args)
+
+    with tf.Graph().as_default():
+        first, second = source(), source()
+        for s in (first, second):
+            s.setup([tf.TensorSpec([], tf.float32, "x")])
+        assert first.get_input_tensors()[0].name == "QueueInput/input_deque:0"
+        assert second.get_input_tensors()[0].name == "QueueInput_1/input_deque:0"
+        assert first.get_input_tensors()[0].name == "QueueInput/input_deque_1:0"      # a second tower
+    with tf.Graph().as_default():
+        scoped = source(BatchQueueInput, 2)
+        with tf.compat.v1.name_scope("model"):
+            scoped.setup([tf.TensorSpec([None], tf.float32, "x")])
+        assert scoped.get_input_tensors()[0].name == "model/BatchQueueInput/input_deque:0"

@@ -385,3 +385,37 @@ def test_a_stuck_worker_is_reported_while_the_others_keep_answering():
     assert time.monotonic() - start < 5.0 and got > 3      # the other thread answered meanwhile
     release.set()
     df.close()
+
+
+def test_non_strict_map_and_batch_groups_the_stream_across_passes():
+    # as tensorpack batches its endless stream: no datapoint is left out at the end of a pass
+    df = MultiProcessMapAndBatchData(Indexed(10), 1, identity, 3, ordered=True)
+    df.reset_state()
+    with df:
+        batches = [b[0].tolist() for b in itertools.islice(df, 7)]
+    assert len(df) == 3 and batches == [[i % 10 for i in range(k, k + 3)] for k in range(0, 21, 3)]
+
+
+def drop_all(dp):
+    return None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cls", [MultiThreadMapData, MultiProcessMapData])
+def test_a_non_strict_map_that_drops_everything_raises_instead_of_spinning(cls):
+    df = cls(Indexed(3), 2, drop_all)
+    df.reset_state()
+    with df, pytest.raises(RuntimeError, match=r"{}: map_func returned None for every one of the last 1000 "
+                                               r"datapoints \(\d+ passes of the source Indexed\)".format(cls.__name__)):
+        next(iter(df))
+
+
+def drop_most(dp):
+    return dp if dp[0] % 50 == 49 else None
+
+
+def test_a_non_strict_map_that_drops_most_datapoints_keeps_streaming():
+    df = MultiThreadMapData(Indexed(50), 2, drop_most)
+    df.reset_state()
+    with df:
+        assert [dp[0] for dp in itertools.islice(df, 30)] == [49] * 30

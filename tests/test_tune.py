@@ -365,3 +365,22 @@ def test_the_result_as_plain_data_leaves_out_the_objects():
     assert data["fill_in"] == {"lst": "the list given as lst to DataFromList (50 items)"}
     assert data["stages"][0]["stage"] == "MapData(plus_one)" and data["code"] == result.code
     json.dumps(data)
+
+
+def test_a_non_strict_map_under_the_proposed_cache_becomes_strict_so_the_cache_fills():
+    # a non-strict map streams without end, so a CacheData above it would never fill
+    items = [[i] for i in range(40)]
+    result = tune(BatchData(MultiThreadMapData(DataFromList(items, shuffle=False), 2, busy_4ms), 4), cpu_budget=2,
+                  **RUN)
+    assert result.cache is not None and "CacheData" in result.code
+    mapped = [line for line in result.code.splitlines() if "busy_4ms" in line]
+    assert len(mapped) == 1 and "strict=True" in mapped[0], result.code
+    flow, stages = _built(result)
+    assert type(stages[0]) is CacheData
+    flow.reset_state()
+    try:
+        epochs = [list(flow) for _ in range(2)]         # the first epoch ends and fills the cache
+    finally:
+        flow.close()
+    assert len(epochs[0]) == len(epochs[1]) == 10
+    assert sorted(int(v) for batch in epochs[1] for v in np.ravel(batch[0])) == list(range(40))

@@ -28,7 +28,7 @@ from ._map_position import MapPosition, checked_map_state
 from ._state import StatePlan, check_input_state
 from ._resizable import ResizableStage
 from .autoscale import AUTO, buffer_setting, worker_count
-from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, empty_passes_mean_stuck,
+from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, empty_passes_mean_stuck,
                    empty_passes_text, get_length, raise_if_stopping)
 from .batch import BatchBuilder
 
@@ -117,6 +117,7 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         self._next_key = 0
         self._passes = 0                         # continuous mode: source passes begun (seeds the tasks)
         self._pass_start = 0                     # continuous mode: key when the source last restarted
+        self._pass_mark = 0                      # continuous mode: _read_mark() then
         self._empty_passes = 0                   # continuous mode: source passes in a row without a datapoint
         self._next_yield = 0
         self._pending: Dict[int, Any] = {}       # ordered mode: answers waiting for their turn
@@ -390,6 +391,11 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         """The next unit of work from ``source`` (raises StopIteration at its end)."""
         return next(source)
 
+    def _read_mark(self) -> int:
+        """A count that grows with every datapoint read from the source (a pass that leaves it
+        unchanged read nothing)."""
+        return self._next_key
+
     def _fill(self, restart_source: bool) -> None:
         """Send source datapoints to workers while fewer than ``buffer_size`` are in flight."""
         track = self.strict and self._resumability() is None
@@ -402,12 +408,12 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
                 task = self._make_task(self._source)
             except StopIteration:
                 self._source = iter(self.ds) if restart_source else None
-                self._empty_passes = self._empty_passes + 1 if self._next_key == self._pass_start else 0
+                self._empty_passes = self._empty_passes + 1 if self._read_mark() == self._pass_mark else 0
                 if restart_source and empty_passes_mean_stuck(self.ds, self._empty_passes):
                     raise RuntimeError("{}: the source {} produced no datapoints in {}".format(
                         type(self).__name__, type(self.ds).__name__,
                         empty_passes_text(self._empty_passes, "a whole pass", "passes"))) from None
-                self._pass_start = self._next_key
+                self._pass_start, self._pass_mark = self._next_key, self._read_mark()
                 self._passes += 1
                 continue
             key = self._next_key
@@ -519,12 +525,23 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
     def _iter_continuous(self) -> Iterator[Any]:
         if self._source is None:
             self._source = iter(self.ds)
-            self._pass_start = self._next_key
+            self._pass_start, self._pass_mark = self._next_key, self._read_mark()
+        dropped, passes_before = 0, self._passes       # results of None in a row, since which pass
         while True:
             if self._ready:
                 _, result = self._ready.popleft()
                 if result is not None:
+                    dropped, passes_before = 0, self._passes
                     yield result
+                    continue
+                dropped += 1
+                # an endless stream that can yield nothing must not spin: whole passes of the source
+                # and many results in a row, all None (a filter that drops a few never gets here)
+                if dropped >= EMPTY_PASSES_ALLOWED and self._passes - passes_before >= 2:
+                    raise RuntimeError("{}: map_func returned None for every one of the last {} datapoints ({} "
+                                       "passes of the source {}), so this endless stream has nothing to yield".format(
+                                           type(self).__name__, dropped, self._passes - passes_before,
+                                           type(self.ds).__name__))
                 continue
             self._fill(restart_source=True)
             self._collect()

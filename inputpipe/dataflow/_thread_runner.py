@@ -24,7 +24,7 @@ from ..utils.errors import error_from_exception
 from ..utils.resources import thread_cpu_seconds
 from ._helpers import empty_epoch_error as _empty_epoch_error, int_at_least_one as _check_positive
 from ._resizable import CpuSeconds, ResizableStage
-from .base import DataFlow, DataFlowReentrantGuard, empty_passes_mean_stuck, get_length, raise_if_stopping
+from .base import DataFlow, DataFlowReentrantGuard, call_len, empty_passes_mean_stuck, get_length, raise_if_stopping
 
 __all__ = ["MultiThreadRunner"]
 
@@ -116,7 +116,7 @@ class MultiThreadRunner(ResizableStage, DataFlow):
     _worker_kind = "threads"
 
     def __len__(self) -> int:
-        return len(self._dfs[0])
+        return call_len(self._dfs[0])
 
     @property
     def num_thread(self) -> int:

@@ -323,11 +323,16 @@ class Borrowed(ProxyDataFlow):
 # Building
 # ---------------------------------------------------------------------------------------------
 
-def new_work_options(unit: Unit) -> Dict[str, Any]:
+def new_work_options(unit: Unit, cached: bool = False) -> Dict[str, Any]:
     """The parallel map's options: the user's own for a map that was parallel, else strict and
-    ordered (exactly the datapoints of the serial map, in its order)."""
+    ordered (exactly the datapoints of the serial map, in its order). Under a CacheData
+    (``cached``) the map is strict: a non-strict map never ends an epoch, so the cache would never
+    fill."""
     if unit.form != SERIAL:
-        return dict(unit.options)
+        options = dict(unit.options)
+        if cached:
+            options["strict"] = True
+        return options
     return {"strict": True, "ordered": True}
 
 
@@ -350,7 +355,7 @@ def build(chain: Chain, forms: Sequence[Form], funcs: Optional[Sequence[Optional
         unit, form = units[k], forms[k]
         func: Any = funcs[k] if funcs is not None and funcs[k] is not None else unit.func
         if unit.kind == WORK:
-            options = new_work_options(unit)
+            options = new_work_options(unit, cached=cache_at is not None and k <= cache_at)
             count = copy.copy(unit.auto) if unit.auto is not None else form.workers    # "auto" stays auto
             if form.kind == SERIAL:
                 flow = MapData(flow, func)

@@ -217,15 +217,16 @@ def _auto_text(writer: _Writer, unit: Unit) -> str:
     return writer.value(unit.auto, "autoscale", type(unit.origin).__name__)
 
 
-def _options_text(unit: Unit) -> str:
-    options = new_work_options(unit)
+def _options_text(unit: Unit, cached: bool) -> str:
+    options = new_work_options(unit, cached)
     parts = ["{}={!r}".format(key, options[key]) for key, default in _OPTION_DEFAULTS
              if key in options and options[key] != default]
     return "".join(", " + p for p in parts)
 
 
-def _render_unit(writer: _Writer, units: Sequence[Unit], forms: Sequence[Form], k: int) -> int:
-    """Write unit ``k``; returns how many units it took (2 when it batches in its workers)."""
+def _render_unit(writer: _Writer, units: Sequence[Unit], forms: Sequence[Form], k: int, cached: bool) -> int:
+    """Write unit ``k`` (``cached``: a CacheData will be on its output or above it); returns how
+    many units it took (2 when it batches in its workers)."""
     from ._buffered import CacheData
     from .batch import BatchData
     from .parallel_map import MultiProcessMapAndBatchData, MultiProcessMapData, MultiThreadMapData
@@ -244,13 +245,13 @@ def _render_unit(writer: _Writer, units: Sequence[Unit], forms: Sequence[Form], 
         func = _work_func(writer, unit)
         count = str(form.workers) if unit.auto is None else _auto_text(writer, unit)
         if form.kind == THREADS:
-            line = "{}(df, {}, {}{})".format(writer.cls(MultiThreadMapData), count, func, _options_text(unit))
+            line = "{}(df, {}, {}{})".format(writer.cls(MultiThreadMapData), count, func, _options_text(unit, cached))
         elif form.merge_batch:
             line = "{}(df, {}, {}, batch_size={}{})".format(
-                writer.cls(MultiProcessMapAndBatchData), count, func, units[k + 1].batch_size, _options_text(unit))
+                writer.cls(MultiProcessMapAndBatchData), count, func, units[k + 1].batch_size, _options_text(unit, cached))
             taken = 2
         else:
-            line = "{}(df, {}, {}{})".format(writer.cls(MultiProcessMapData), count, func, _options_text(unit))
+            line = "{}(df, {}, {}{})".format(writer.cls(MultiProcessMapData), count, func, _options_text(unit, cached))
     elif unit.kind == BATCH:
         extra = (", remainder=True" if unit.remainder else "") + (", use_list=True" if unit.use_list else "")
         line = "{}(df, {}{})".format(writer.cls(BatchData), unit.batch_size, extra)
@@ -275,7 +276,7 @@ def render(chain: Chain, forms: Sequence[Form], cache_at: Optional[int] = None) 
         writer.lines.append("df = {}(df)".format(writer.cls(CacheData)))
     k = 0
     while k < len(chain.units):
-        k += _render_unit(writer, chain.units, forms, k)
+        k += _render_unit(writer, chain.units, forms, k, cached=cache_at is not None and k <= cache_at)
         if cache_at == k - 1:
             writer.lines.append("df = {}(df)".format(writer.cls(CacheData)))
     return Code(writer.text(), dict(writer.names), dict(writer.fill_in))

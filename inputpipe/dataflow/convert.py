@@ -34,7 +34,7 @@ from tqdm import tqdm
 from ..utils._pickle_policy import ALLOW_PICKLE_ENV, pickle_allowed
 from ..utils._tensorpack_records import is_pickle
 from ..utils.crc32c import masked_crc32c
-from .base import DataFlow, ProxyDataFlow
+from .base import DataFlow, ProxyDataFlow, get_length
 from .dataset_io import DatasetFormatError, _lmdb_location
 from .format import LMDBData
 from .serialize import LMDBSerializer, NumpySerializer, TFRecordSerializer, _is_tensorpack_lmdb
@@ -123,7 +123,7 @@ class _Progress(ProxyDataFlow):
         self.desc = desc
 
     def __iter__(self) -> Iterator[Any]:
-        with tqdm(self.ds, total=len(self.ds), desc=self.desc, unit=" records", file=sys.stderr) as bar:
+        with tqdm(self.ds, total=get_length(self.ds), desc=self.desc, unit=" records", file=sys.stderr) as bar:
             yield from bar
 
 

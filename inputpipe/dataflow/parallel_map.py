@@ -386,18 +386,26 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
         if buffer_size is None:
             buffer_size = AUTO if not isinstance(num_proc, int) else 3 * self._batch_size * num_proc
         batches_in_flight = buffer_size if buffer_size == AUTO else max(1, buffer_size // self._batch_size)
+        self._carried: List[Any] = []        # non-strict: the start of a group, from the last pass
+        self._datapoints_read = 0
         super().__init__(ds, num_proc, map_func, buffer_size=batches_in_flight, **kwargs)
 
     def __len__(self) -> int:
         return call_len(self.ds) // self._batch_size
 
     def _make_task(self, source: Iterator[Any]) -> Any:
-        batch = []
+        batch, self._carried = self._carried, []
         for dp in source:
+            self._datapoints_read += 1
             batch.append(dp)
             if len(batch) == self._batch_size:
                 return batch
+        if not self.strict:
+            self._carried = batch        # a stream: the group continues in the next pass, as in tensorpack
         raise StopIteration
+
+    def _read_mark(self) -> int:
+        return self._datapoints_read
 
 
 #: tensorpack's name: the same class.

@@ -183,7 +183,7 @@ class InputSource:
         if self._tensorpack_protocol() or not self._scoped_setup():  # as tensorpack: cached_name_scope() is the scope
             self._setup(specs)
         else:
-            with tf.name_scope(self.name):
+            with self.cached_name_scope():     # the scope made here is the one cached_name_scope() re-enters
                 self._setup(specs)
         self._setup_done = True
         return self.get_hooks()

@@ -42,20 +42,17 @@ DEFAULT_GIL_SWITCH_INTERVAL = 0.001
 
 
 
-def _named_like_tensorpack(tensors: List[tf.Tensor], scope: str, after: List[tf.Operation]) -> List[tf.Tensor]:
-    """The dequeued tensors as the outputs of one ``IdentityN`` op named ``<scope>/input_deque``
-    (tensorpack's name for the tensors the model reads, which code that restores the graph feeds
-    by name), run after ``after`` (the input position's record). A scope that is not a valid
-    name keeps the op in the current one."""
-    with tf.control_dependencies(after):
-        try:
-            with tf.compat.v1.name_scope(scope + "/"):
-                named = tf.identity_n(tensors, name="input_deque")
-        except ValueError:
-            named = tf.identity_n(tensors, name="input_deque")
+def _named_like_tensorpack(tensors: List[tf.Tensor], source: "QueueInput", after: List[tf.Operation]) -> List[tf.Tensor]:
+    """The dequeued tensors as the outputs of one ``IdentityN`` op named ``input_deque`` in the
+    scope the source's ``setup()`` made (``QueueInput/input_deque:0``, ...: tensorpack's names for
+    the tensors the model reads, which code that restores the graph feeds by name), run after
+    ``after`` (the input position's record)."""
+    with tf.control_dependencies(after), source.cached_name_scope():
+        named = tf.identity_n(tensors, name="input_deque")
     for out, tensor in zip(named, tensors):
         out.set_shape(tensor.shape)
     return list(named)
+
 
 class QueueInput(FeedfreeInput):
     """Prepare data in a background thread: iterate ``ds`` and enqueue each datapoint into
@@ -235,7 +232,7 @@ class QueueInput(FeedfreeInput):
         consume_op = outputs[0].op
         if not self._staged_reads:
             record = [self._position.record_op(seq)] if seq is not None and self._position.enabled else []
-            outputs = _named_like_tensorpack(outputs, self.name, record)
+            outputs = _named_like_tensorpack(outputs, self, record)
         return Tower(outputs, consume_op=consume_op, stat_tensors={"wait": wait},
                      seq=seq if self._staged_reads else None)
 
