@@ -419,3 +419,35 @@ def test_a_non_strict_map_that_drops_most_datapoints_keeps_streaming():
     df.reset_state()
     with df:
         assert [dp[0] for dp in itertools.islice(df, 30)] == [49] * 30
+
+
+def sleep_50ms(dp):
+    time.sleep(0.05)
+    return dp
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("strict", [False, True])
+def test_closing_a_thread_map_from_another_thread_ends_a_waiting_consumer(strict):
+    # close() is how another thread stops an endless iterator: the consumer must not wait forever
+    df = MultiThreadMapData(Indexed(10 ** 6), 2, sleep_50ms, buffer_size=2, strict=strict)
+    df.reset_state()
+    seen, errors, started = [], [], threading.Event()
+
+    def consume():
+        try:
+            for dp in df:
+                seen.append(dp)
+                started.set()
+        except RuntimeError as err:
+            errors.append(err)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    assert started.wait(10)
+    df.close()
+    consumer.join(5)
+    assert not consumer.is_alive()
+    assert [str(e) for e in errors] == ["MultiThreadMapData: closed while it was being iterated (close() called "
+                                        "from another thread)"]
+    assert seen and len({dp[0] for dp in seen}) == len(seen)          # each once, as far as it went

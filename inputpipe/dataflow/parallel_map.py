@@ -180,6 +180,9 @@ class MultiThreadMapData(_ParallelMapBase):
     def _receive(self, timeout: float):
         if self._failure is not None:       # the failed thread has ended: raise again, never wait
             raise self._failure
+        if self._closed:                     # closed by another thread: its threads answer no more
+            raise RuntimeError("{}: closed while it was being iterated (close() called from another "
+                               "thread)".format(type(self).__name__))
         try:
             rank, answer = self._results.get(timeout=timeout)
         except queue.Empty:

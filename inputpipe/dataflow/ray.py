@@ -275,6 +275,8 @@ class RayMapAndBatchData(RayMapData):
         name = type(self).__name__
         num_actors = worker_count(name, "num_actors", num_actors)
         self._batch_size = self._task_size = _check_positive(name, "batch_size", batch_size)
+        self._carried: List[Any] = []        # as MultiProcessMapAndBatchData
+        self._datapoints_read = 0
         if buffer_size is None:
             buffer_size = AUTO if not isinstance(num_actors, int) else 3 * batch_size * num_actors
         batches = buffer_size if buffer_size == AUTO else max(1, buffer_size // batch_size)
@@ -282,6 +284,7 @@ class RayMapAndBatchData(RayMapData):
 
     __len__ = MultiProcessMapAndBatchData.__len__
     _make_task = MultiProcessMapAndBatchData._make_task
+    _read_mark = MultiProcessMapAndBatchData._read_mark
 
 
 class _ShardReader:
