@@ -272,7 +272,8 @@ def test_the_utils_imports_next_to_tensorpack_dataflow_code_work(caplog):
     from inputpipe.utils import logger
     from inputpipe.utils.utils import get_rng, get_tqdm, get_tqdm_kwargs
     from inputpipe.utils.utils import logger as logger_of_utils     # tensorpack's utils.utils imports it
-    assert logger_of_utils is logger
+    from inputpipe.utils import get_rng as get_rng_of_the_package  # and tensorpack.utils exports get_rng
+    assert logger_of_utils is logger and get_rng_of_the_package is get_rng
     assert isinstance(get_rng(None), np.random.RandomState) and callable(get_tqdm) and callable(get_tqdm_kwargs)
     for name in ("debug", "info", "warning", "warn", "error", "critical", "fatal", "exception", "log"):
         assert callable(getattr(logger, name)), name
