@@ -41,7 +41,6 @@ _WORKER_STOP_GRACE = 0.3
 DEFAULT_GIL_SWITCH_INTERVAL = 0.001
 
 
-
 def _named_like_tensorpack(tensors: List[tf.Tensor], source: "QueueInput", after: List[tf.Operation]) -> List[tf.Tensor]:
     """The dequeued tensors as the outputs of one ``IdentityN`` op named ``input_deque`` in the
     scope the source's ``setup()`` made (``QueueInput/input_deque:0``, ...: tensorpack's names for
