@@ -28,8 +28,8 @@ from ._map_position import MapPosition, checked_map_state
 from ._state import StatePlan, check_input_state
 from ._resizable import ResizableStage
 from .autoscale import AUTO, buffer_setting, worker_count
-from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, empty_passes_mean_stuck,
-                   empty_passes_text, get_length, raise_if_stopping)
+from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow,
+                   empty_passes_mean_stuck, empty_passes_text, get_length, raise_if_stopping)
 from .batch import BatchBuilder
 
 _DEFAULT_BUFFER_SIZE = 200
