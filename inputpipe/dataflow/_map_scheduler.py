@@ -20,7 +20,7 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tu
 
 import numpy as np
 
-from ..utils.compat import no_other_arguments, renamed_argument, warn_deprecated
+from ..utils.arguments import no_other_arguments, renamed_argument, warn_deprecated
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.errors import WorkerError
 from ..utils.seeding import datapoint_context, derive_seed, new_rng

@@ -18,7 +18,7 @@ import time
 import weakref
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
-from ..utils.compat import no_other_arguments, renamed_argument
+from ..utils.arguments import no_other_arguments, renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import error_from_exception
 from ..utils.resources import thread_cpu_seconds

@@ -23,7 +23,7 @@ import collections
 import time
 from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
-from ..utils.compat import no_other_arguments, renamed_argument
+from ..utils.arguments import no_other_arguments, renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread  # noqa: F401 - tensorpack has it here
 from ..utils.logger import get_logger
 from ..utils.resources import process_cpu_seconds, process_memory, process_private_memory

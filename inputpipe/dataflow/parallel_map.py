@@ -26,7 +26,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from ..utils.compat import renamed_argument
+from ..utils.arguments import renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import WorkerError, error_from_exception
 from ..utils.logger import get_logger

@@ -1,64 +1,146 @@
-"""tensorpack's older argument names, accepted with a DeprecationWarning.
+"""Where the supported stacks differ: Python 3.7 to 3.13, TensorFlow 1.15, 2.15 and the current release.
 
-Before 0.9 tensorpack named counts ``nr_proc``, ``nr_thread``, ``nr_prefetch`` and took some
-options positionally that are keyword-only now. Constructors that had those names take them in
-``**old_names`` and map each one with :func:`renamed_argument`; :func:`no_other_arguments`
-then rejects anything else the way Python would.
+Every difference of the Python or TensorFlow API that inputpipe meets is bridged here, once; the
+rest of the code calls these names and never checks a version itself. Supported and tested:
+TensorFlow 1.15 on Python 3.7 (numpy 1.18), TensorFlow 2.15 with numpy 1.x, and the current
+TensorFlow on Python 3.11 and 3.13 (docs/getting_started.md, "Supported stacks").
 
-The warning points at the user's line (the first caller outside inputpipe), so Python's default
-filters show it in scripts and pytest shows it in tests.
+The Python part is imported with ``inputpipe.dataflow`` and costs nothing; the TensorFlow part
+imports TensorFlow only when one of its functions is called, so this module stays importable
+where ``import tensorflow`` would be slow or impossible.
 
 Example::
 
-    def __init__(self, ds, num_proc=1, **old_names):
-        num_proc = renamed_argument("MyFlow", old_names, "nr_proc", "num_proc", num_proc, 1)
-        no_other_arguments("MyFlow", old_names)
+    from inputpipe.utils.compat import numpy_function, prod
+
+    prod([2, 3, 4])                                            # 24, also on Python 3.7
+    value = numpy_function(read_stat, [], tf.float32, stateful=True)   # any TensorFlow
 """
+import hashlib
+import inspect
+import mmap
+import platform
 import sys
-import warnings
-from types import FrameType
-from typing import Any, Dict, Optional
+import threading
+from functools import reduce
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Sequence
 
-__all__ = ["renamed_argument", "no_other_arguments", "warn_deprecated"]
+if TYPE_CHECKING or sys.version_info >= (3, 8):
+    from typing import Literal, Protocol
+else:                                                   # Python 3.7: the same names, from the backport
+    from typing_extensions import Literal, Protocol
 
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` of the first frame outside inputpipe, as seen from ``warnings.warn``
-    called in :func:`warn_deprecated`."""
-    level = 1
-    frame: Optional[FrameType] = sys._getframe(1)
-    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "inputpipe":
-        frame = frame.f_back
-        level += 1
-    return level
+__all__ = ["Literal", "Protocol", "prod", "native_thread_id", "madvise", "md5", "tf_major_version",
+           "numpy_function", "list_physical_devices", "dataset_from_generator", "map_fn", "tensor_ref"]
 
 
-def warn_deprecated(message: str) -> None:
-    """A ``DeprecationWarning`` attributed to the user's code."""
-    warnings.warn(message, DeprecationWarning, stacklevel=_user_stacklevel())
+# ---- Python --------------------------------------------------------------------------------------
 
-
-def renamed_argument(component: str, old_names: Dict[str, Any], old: str, new: str, value: Any,
-                     default: Any) -> Any:
-    """``value``, or the value passed under the old name ``old`` (removed from ``old_names``,
-    with a DeprecationWarning). Passing both names is a ``TypeError``.
+def prod(values: Iterable[int]) -> int:
+    """The product of ``values`` (1 for none): ``math.prod``, which Python 3.7 lacks, for integers.
 
     Example::
 
-        num_proc = renamed_argument("PrefetchDataZMQ", {"nr_proc": 4}, "nr_proc", "num_proc", 1, 1)  # 4
+        prod((2, 3, 4))      # 24
     """
-    if old not in old_names:
-        return value
-    old_value = old_names.pop(old)
-    if value is not default and value != default:
-        raise TypeError("{}: got both {}={!r} and its old name {}={!r}; pass only {}=".format(
-            component, new, value, old, old_value, new))
-    warn_deprecated("{}: the argument {}= is tensorpack's old name for {}=; it still works but is "
-                    "deprecated".format(component, old, new))
-    return old_value
+    return reduce(lambda a, b: a * b, values, 1)
 
 
-def no_other_arguments(component: str, old_names: Dict[str, Any]) -> None:
-    """Raise the ``TypeError`` Python raises for an unexpected keyword argument."""
-    if old_names:
-        raise TypeError("{}() got an unexpected keyword argument {!r}".format(component, sorted(old_names)[0]))
+_SYS_GETTID = {"x86_64": 186, "aarch64": 178, "i686": 224, "ppc64le": 207, "s390x": 236}
+
+
+def native_thread_id() -> Optional[int]:
+    """The calling thread's id in the kernel (``threading.get_native_id()``, Python 3.8+); on 3.7
+    the ``gettid`` system call on Linux, None where it is not known."""
+    get_native_id = getattr(threading, "get_native_id", None)
+    if get_native_id is not None:
+        return get_native_id()
+    number = _SYS_GETTID.get(platform.machine())
+    if not sys.platform.startswith("linux") or number is None:
+        return None
+    import ctypes
+    return int(ctypes.CDLL(None, use_errno=True).syscall(number))
+
+
+def madvise(mapped: mmap.mmap, advice: int, start: int, length: int) -> bool:
+    """``mapped.madvise(advice, start, length)``; False where Python has no ``mmap.madvise``
+    (3.7), so the caller does what the advice would have done itself. OSError/ValueError from
+    the kernel propagate, as from ``madvise``."""
+    method = getattr(mapped, "madvise", None)
+    if method is None:
+        return False
+    method(advice, start, length)
+    return True
+
+
+def md5() -> Any:
+    """An MD5 hash object for checksums (not security): ``usedforsecurity=False`` where Python
+    takes it (3.9+), so a FIPS build of OpenSSL allows it."""
+    try:
+        return hashlib.md5(usedforsecurity=False)
+    except TypeError:
+        return hashlib.md5()
+
+
+# ---- TensorFlow ----------------------------------------------------------------------------------
+# Each function imports TensorFlow when called (already imported by then, so it costs a lookup).
+
+def tf_major_version() -> int:
+    """1 on TensorFlow 1.x, 2 on 2.x (and later majors)."""
+    import tensorflow as tf
+    return int(tf.__version__.split(".")[0])
+
+
+def numpy_function(func: Callable, inp: Sequence[Any], Tout: Any, stateful: bool = True,
+                   name: Optional[str] = None) -> Any:
+    """``tf.numpy_function`` with ``stateful`` on every TensorFlow (TF 1.15's has no ``stateful``:
+    there ``tf.compat.v1.py_func``, the same op, takes it).
+
+    Example::
+
+        value = numpy_function(lambda: np.float32(1), [], tf.float32, stateful=True, name="one")
+    """
+    import tensorflow as tf
+    if "stateful" in _parameters(tf.numpy_function):
+        return tf.numpy_function(func, inp, Tout, stateful=stateful, name=name)
+    return tf.compat.v1.py_func(func, inp, Tout, stateful=stateful, name=name)
+
+
+def list_physical_devices(device_type: Optional[str] = None) -> List[Any]:
+    """``tf.config.list_physical_devices`` (``tf.config.experimental`` in TF 1.15)."""
+    import tensorflow as tf
+    lister = getattr(tf.config, "list_physical_devices", None) or tf.config.experimental.list_physical_devices
+    return lister(device_type)
+
+
+def dataset_from_generator(generator: Callable, output_signature: Any) -> Any:
+    """``tf.data.Dataset.from_generator(generator, output_signature=...)``; TF 1.15 has no
+    ``output_signature``, so there the same structure of ``tf.TensorSpec`` is passed as
+    ``output_types`` and ``output_shapes``."""
+    import tensorflow as tf
+    from_generator = tf.data.Dataset.from_generator
+    if "output_signature" in _parameters(from_generator):
+        return from_generator(generator, output_signature=output_signature)
+    return from_generator(generator, output_types=tf.nest.map_structure(lambda s: s.dtype, output_signature),
+                          output_shapes=tf.nest.map_structure(lambda s: s.shape, output_signature))
+
+
+def map_fn(fn: Callable, elems: Any, fn_output_signature: Any, **kwargs: Any) -> Any:
+    """``tf.map_fn(fn, elems, fn_output_signature=...)``; TF 1.15 takes the dtype as ``dtype``
+    (a ``tf.TensorSpec``'s shape is then set on the result by ``fn``'s ops)."""
+    import tensorflow as tf
+    if "fn_output_signature" in _parameters(tf.map_fn):
+        return tf.map_fn(fn, elems, fn_output_signature=fn_output_signature, **kwargs)
+    dtype = tf.nest.map_structure(lambda s: s.dtype if isinstance(s, tf.TensorSpec) else tf.as_dtype(s),
+                                  fn_output_signature)
+    return tf.map_fn(fn, elems, dtype=dtype, **kwargs)
+
+
+def tensor_ref(tensor: Any) -> Any:
+    """A hashable key for a graph tensor: ``tensor.ref()`` (``experimental_ref()`` in TF 1.15)."""
+    ref = getattr(tensor, "ref", None) or tensor.experimental_ref
+    return ref()
+
+
+def _parameters(function: Callable) -> Any:
+    return inspect.signature(function).parameters
