@@ -219,7 +219,8 @@ def test_bytes_that_are_no_image_are_an_error_naming_the_augmentor_and_a_1d_arra
         imgaug.Flip(horiz=True).augment(np.arange(10, dtype=np.uint8))
     imgaug.CenterCrop(8).augment(jpeg(photo(64, 64)))        # a decoder that read a header before ...
     for cut in (40, 150):                                      # ... does not report its size for these
-        with pytest.raises(ValueError, match="CenterCrop: OpenCV cannot decode these {} bytes".format(cut)):
+        with pytest.raises(ValueError, match=r"^CenterCrop: the JPEG of {} bytes starting with .* is damaged: ".format(
+                cut)):
             imgaug.CenterCrop(8).augment(jpeg(photo(64, 64)).tobytes()[:cut])
 
 
@@ -248,7 +249,10 @@ def test_a_decoder_that_failed_decodes_the_next_image_right():
         assert tj.header(good)[:2] == (64, 80)
         assert np.array_equal(tj.decode(good), expected)
     cut = good[:len(good) * 2 // 3]                   # a header, then data that ends early: a warning
-    partial = tj.decode(cut, header=tj.header(good))
+    with pytest.raises(_turbojpeg.TurboJpegWarning, match="^libjpeg-turbo could not decode the JPEG: Premature end"):
+        tj.decode(cut, header=tj.header(good))
+    assert np.array_equal(tj.decode(good), expected)
+    partial = tj.decode(cut, header=tj.header(good), strict=False)       # lenient: the rest is grey
     assert partial.shape == (64, 80, 3) and np.array_equal(tj.decode(good), expected)
 
 

@@ -26,6 +26,7 @@ from typing import Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
+from ..dataflow.image_damage import decoding_mode
 from .base import InputSource
 from .errors import InputSourceError
 from .proxy import ProxyInputSource
@@ -35,16 +36,19 @@ __all__ = ["JpegDecodeInput"]
 _RATIOS = (1, 2, 4, 8)
 
 
-def _decode_at(ratio: int, size: List[int], bgr: bool, dct_method: str) -> Callable[[Tuple[tf.Tensor, tf.Tensor]],
-                                                                                    tf.Tensor]:
+def _decode_at(ratio: int, size: List[int], bgr: bool, dct_method: str,
+               lenient: bool) -> Callable[[Tuple[tf.Tensor, tf.Tensor]], tf.Tensor]:
     """Decode one planned window at ``1/ratio``, resize it (bilinear, pixel centres as OpenCV's),
     mirror it when planned and put it in BGR order: uint8 ``size + [3]``, everything per image
-    (while it is in the CPU's caches)."""
+    (while it is in the CPU's caches). ``lenient``: data that ends early decodes (the rest grey)."""
+    damaged = {"try_recover_truncated": True, "acceptable_fraction": 0.0} if lenient else {}
+
     def decode(args: Tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
         jpeg, crop = args
         y, x, h, w = crop[0], crop[1], crop[2], crop[3]
         if ratio == 1:
-            image = tf.io.decode_and_crop_jpeg(jpeg, tf.stack([y, x, h, w]), channels=3, dct_method=dct_method)
+            image = tf.io.decode_and_crop_jpeg(jpeg, tf.stack([y, x, h, w]), channels=3, dct_method=dct_method,
+                                               **damaged)
             resized = tf.image.resize(image, size, method="bilinear")
         else:
             # the decoded rows and columns start at the window's scaled corner rounded down:
@@ -52,7 +56,7 @@ def _decode_at(ratio: int, size: List[int], bgr: bool, dct_method: str) -> Calla
             top, left = y // ratio, x // ratio
             rows, cols = (y + h + ratio - 1) // ratio - top, (x + w + ratio - 1) // ratio - left
             image = tf.io.decode_and_crop_jpeg(jpeg, tf.stack([top, left, rows, cols]), channels=3, ratio=ratio,
-                                               dct_method=dct_method)
+                                               dct_method=dct_method, **damaged)
             resized = tf.image.crop_and_resize(image[None],       # reads uint8: no cast of the whole part
                                                _box(y, x, h, w, ratio, rows, cols, size), [0], size, method="bilinear")[0]
         pixels = tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
@@ -63,7 +67,7 @@ def _decode_at(ratio: int, size: List[int], bgr: bool, dct_method: str) -> Calla
 
 
 def _decode_batch(jpeg: tf.Tensor, crop: tf.Tensor, size: List[int], bgr: bool, dct_method: str,
-                  parallel: int) -> tf.Tensor:
+                  parallel: int, lenient: bool) -> tf.Tensor:
     """The planned crops of a batch, each decoded at the largest DCT ratio that keeps its window
     at least the output size: the batch is split by ratio, each part decoded with its ratio (a
     static attribute of the op) and the parts put back in order."""
@@ -74,7 +78,7 @@ def _decode_batch(jpeg: tf.Tensor, crop: tf.Tensor, size: List[int], bgr: bool, 
     positions = tf.dynamic_partition(tf.range(tf.shape(jpeg)[0]), ratio_index, len(_RATIOS))
     jpegs = tf.dynamic_partition(jpeg, ratio_index, len(_RATIOS))
     crops = tf.dynamic_partition(crop, ratio_index, len(_RATIOS))
-    parts = [tf.map_fn(_decode_at(ratio, size, bgr, dct_method), (part_jpegs, part_crops),
+    parts = [tf.map_fn(_decode_at(ratio, size, bgr, dct_method, lenient), (part_jpegs, part_crops),
                        fn_output_signature=tf.TensorSpec(size + [3], tf.uint8), parallel_iterations=parallel)
              for ratio, part_jpegs, part_crops in zip(_RATIOS, jpegs, crops)]
     return tf.dynamic_stitch(positions, parts)
@@ -108,6 +112,11 @@ class JpegDecodeInput(ProxyInputSource):
         parallel: images decoded at once (``tf.map_fn``'s ``parallel_iterations``).
         dct_method: ``"INTEGER_ACCURATE"`` (libjpeg's accurate integer IDCT, OpenCV's choice)
             or ``"INTEGER_FAST"``.
+        decoding: ``"lenient"`` decodes data that ends inside a window (the rest grey), as
+            ``try_recover_truncated`` does; ``"strict"`` or ``"thorough"``: such data fails the
+            step (``jpeg::Uncompress failed``). JpegCropWindows refuses damaged files before they
+            get here unless it is lenient too (:mod:`~inputpipe.dataflow.image_damage`). None: the
+            process' mode (:func:`~inputpipe.dataflow.image_damage.set_decoding`) at ``setup()``.
 
     Example::
 
@@ -115,7 +124,7 @@ class JpegDecodeInput(ProxyInputSource):
     """
 
     def __init__(self, input: InputSource, index: int = 0, bgr: bool = True, parallel: int = 16,
-                 dct_method: str = "INTEGER_ACCURATE"):
+                 dct_method: str = "INTEGER_ACCURATE", decoding: Optional[str] = None):
         super().__init__(input)
         self._index = int(index)
         self._bgr = bool(bgr)
@@ -124,6 +133,8 @@ class JpegDecodeInput(ProxyInputSource):
             raise ValueError("JpegDecodeInput: dct_method must be 'INTEGER_ACCURATE' or 'INTEGER_FAST', got {!r}".format(
                 dct_method))
         self._dct_method = dct_method
+        self._decoding = None if decoding is None else decoding_mode("JpegDecodeInput", decoding)
+        self._lenient = False
         self._out_size: Optional[List[int]] = None
 
     def _setup(self, specs: List[tf.TensorSpec]) -> None:
@@ -137,6 +148,7 @@ class JpegDecodeInput(ProxyInputSource):
                 "JpegDecodeInput: the signature's entry {} ({!r}) must be a uint8 image batch of a fixed size, "
                 "[None, h, w, 3]; got {} {}".format(self._index, image.name, image.dtype.name, shape))
         self._out_size = [int(shape[1]), int(shape[2])]
+        self._lenient = decoding_mode("JpegDecodeInput", self._decoding) == "lenient"
         wrapped = list(specs[:self._index]) + [
             tf.TensorSpec([None], tf.string, "{}_jpeg".format(image.name or "image")),
             tf.TensorSpec([None, 7], tf.int32, "{}_crop".format(image.name or "image"))] + list(specs[self._index + 1:])
@@ -152,6 +164,6 @@ class JpegDecodeInput(ProxyInputSource):
                 crop[:, 4:6], tf.constant([size], tf.int32), message="JpegDecodeInput: a crop was planned for "
                 "another output size than the signature size {}x{}".format(*size))
             with tf.control_dependencies([sizes_match]):
-                images = _decode_batch(jpeg, crop, size, self._bgr, self._dct_method, self._parallel)
+                images = _decode_batch(jpeg, crop, size, self._bgr, self._dct_method, self._parallel, self._lenient)
             images.set_shape([None] + size + [3])
         return list(tensors[:self._index]) + [images] + list(tensors[self._index + 2:])

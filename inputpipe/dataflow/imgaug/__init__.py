@@ -23,8 +23,10 @@ from .convert import *  # noqa: F401,F403
 from .external import *  # noqa: F401,F403
 from .encoded import EncodedImage, get_dct_method, set_dct_method  # noqa: F401
 from .crop_plan import CropPlan, plan_crop  # noqa: F401
+from ..image_damage import DamagedImageError, get_decoding, set_decoding  # noqa: F401
 from . import base, convert, crop, deform, external, geometry, imgproc, meta, misc, noise, paste, transform
 
 __all__ = [name for module in (base, transform, meta, misc, crop, paste, geometry, deform, imgproc, noise, convert,
                                external) for name in module.__all__] + ["EncodedImage", "CropPlan", "plan_crop",
-                                                                    "set_dct_method", "get_dct_method"]
+                                                                    "set_dct_method", "get_dct_method", "set_decoding",
+                                                                    "get_decoding", "DamagedImageError"]

@@ -49,7 +49,7 @@ _TJPARAM_COLORSPACE = 8
 _TJPARAM_FASTDCT = 10
 _TJPARAM_MAXPIXELS = 24
 _TJERR_FATAL = 1
-_TJPF_BGR, _TJPF_GRAY = 1, 6
+_TJPF_BGR, _TJPF_GRAY, _TJPF_CMYK = 1, 6, 11
 _TJCS_CMYK, _TJCS_YCCK = 3, 4
 #: iMCU width and height (pixels at full scale) of each TJSAMP_* subsampling, 444 .. 441
 _IMCU_WIDTH = (8, 16, 16, 8, 8, 32, 8)
@@ -60,6 +60,11 @@ SCALES = (1, 2, 4, 8)
 
 class TurboJpegError(ValueError):
     """libjpeg-turbo could not decode the data (a ValueError, as OpenCV's failures become here)."""
+
+
+class TurboJpegWarning(TurboJpegError):
+    """libjpeg-turbo warned while decoding (premature end of data, corrupt data): the data is
+    damaged; with ``strict=False`` the decode goes on instead (the rest grey)."""
 
 
 class JpegHeader(NamedTuple):
@@ -163,7 +168,7 @@ class TurboJpeg:
 
     def decode(self, data: Encoded, window: Optional[Tuple[int, int, int, int]] = None, scale: int = 1,
                grey: bool = False, header: Optional[JpegHeader] = None, max_pixels: int = 0,
-               fast_dct: bool = False) -> np.ndarray:
+               fast_dct: bool = False, strict: bool = True) -> np.ndarray:
         """Decode ``data`` to a BGR (or, with ``grey``, single-channel) uint8 array.
 
         ``window``: ``(y, x, h, w)`` in full-scale pixels; only that part is decoded and
@@ -171,7 +176,9 @@ class TurboJpeg:
         ``ceil((y + h) / scale)`` of the scaled image, likewise for columns. ``max_pixels`` (0:
         none) refuses images whose header declares more pixels. ``fast_dct``: libjpeg's fast
         integer inverse DCT (JDCT_IFAST, TensorFlow's default) instead of the accurate one
-        (JDCT_ISLOW, OpenCV's)."""
+        (JDCT_ISLOW, OpenCV's). ``strict``: a warning of the decoder (damaged data: premature end,
+        corrupt data) stops it with a :class:`TurboJpegWarning`; otherwise the decode goes on,
+        libjpeg filling what it could not decode with grey."""
         if scale not in SCALES:
             raise ValueError("TurboJpeg.decode: scale must be one of {}, got {!r}".format(SCALES, scale))
         handle = self._handle()
@@ -182,6 +189,7 @@ class TurboJpeg:
             raise self._fail(handle, "read the JPEG header")
         self._set(handle, _TJPARAM_MAXPIXELS, max(0, min(int(max_pixels), 2 ** 31 - 1)))
         self._set(handle, _TJPARAM_FASTDCT, 1 if fast_dct else 0)
+        self._set(handle, _TJPARAM_STOPONWARNING, 1 if strict else 0)
         if self._scale(handle, _Scaling(1, scale)) != 0:
             raise self._fail(handle, "set the scale 1/{}".format(scale))
         full_h, full_w = -(-header.height // scale), -(-header.width // scale)
@@ -202,17 +210,32 @@ class TurboJpeg:
                 raise self._fail(handle, "set the decoded region {}".format((top, start, region.h, region.w)))
         else:
             self._crop(handle, _Region(0, 0, 0, 0))
-        channels = 1 if grey else 3
+        channels, pixel_format = (1, _TJPF_GRAY) if grey else (3, _TJPF_BGR)
+        if grey and header.colorspace in (_TJCS_CMYK, _TJCS_YCCK):
+            channels, pixel_format = 4, _TJPF_CMYK       # libjpeg turns no CMYK into grey
         out = np.empty((region.h, region.w, channels), np.uint8)
         status = self._decompress(handle, buffer.ctypes.data, buffer.size, out.ctypes.data, region.w * channels,
-                                  _TJPF_GRAY if grey else _TJPF_BGR)
+                                  pixel_format)
         if status != 0:
-            if self._error_code(handle) == _TJERR_FATAL:
-                raise self._fail(handle, "decode the JPEG")
+            fatal = self._error_code(handle) == _TJERR_FATAL
+            if fatal or strict:
+                error = self._fail(handle, "decode the JPEG")
+                raise error if fatal else TurboJpegWarning(str(error))
             self._renew()       # a warning (e.g. data ends early: the rest is grey, as OpenCV
                                 # gives it) keeps the pixels, not the decompressor
         out = out[:, left - start:] if left != start else out
         return out if not grey else out[:, :, 0]
+
+    def check(self, data: Encoded, header: Optional[JpegHeader] = None, max_pixels: int = 0) -> None:
+        """Decode all of ``data``'s entropy-coded data (at 1/8 scale, in grey: little more than
+        reading it) and raise a :class:`TurboJpegWarning` at the first warning of the decoder, a
+        :class:`TurboJpegError` when it cannot decode it at all.
+
+        Example::
+
+            tj.check(open("photo.jpg", "rb").read())      # raises if the file is damaged
+        """
+        self.decode(data, scale=8, grey=True, header=header, max_pixels=max_pixels, strict=True)
 
 
 class _HandleCloser:

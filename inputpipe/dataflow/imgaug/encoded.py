@@ -18,6 +18,12 @@ crop windows and flips (the random draws are identical), pixels equal up to libj
 the window's edges and, where the DCT scale was used, the difference between that downscale and a
 resize of all pixels.
 
+Damaged files are errors (a :class:`~inputpipe.dataflow.image_damage.DamagedImageError`), not
+grey pixels: empty bytes, a JPEG or PNG cut short or with a damaged structure, and a warning of
+libjpeg-turbo in what it decodes; :func:`~inputpipe.dataflow.image_damage.set_decoding` chooses
+``"thorough"`` (every JPEG's data read to its end) or ``"lenient"`` decoding (see
+:mod:`~inputpipe.dataflow.image_damage`).
+
 The partial decode needs libjpeg-turbo's TurboJPEG library (``pip install "inputpipe[jpeg]"``).
 Without it, images are decoded whole with OpenCV, with one warning. PNG and other formats are
 always decoded whole. A JPEG that OpenCV would turn by its EXIF orientation, or whose colours
@@ -40,6 +46,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from ...utils.logger import get_logger
+from ..image_damage import DamagedImageError, check_unless_lenient, decoder_error, get_decoding, read_all_jpeg_data
 from . import _turbojpeg
 from ._cv2 import import_cv2
 
@@ -135,7 +142,7 @@ class EncodedImage:
         pixels = part.resized(56, 56)          # rows 10..109, columns 20..169 decoded at 1/2
     """
 
-    __slots__ = ("data", "component", "grey", "_header", "_window", "_pixels", "_full")
+    __slots__ = ("data", "component", "grey", "_mode", "_header", "_window", "_pixels", "_full")
 
     def __init__(self, data: Any, component: str = "imgaug", grey: bool = False):
         # bytes, and a flat uint8 array (np.fromfile's), are read in place: no copy of the file
@@ -144,6 +151,7 @@ class EncodedImage:
         self.data = data if isinstance(data, bytes) or _is_flat_uint8(data) else bytes(data)
         self.component = component
         self.grey = grey
+        self._mode = get_decoding()                      # strict, thorough or lenient (image_damage)
         self._pixels: Optional[np.ndarray] = None
         self._full: Optional[np.ndarray] = None          # a whole-image decode by OpenCV, when used
         self._header = self._read_header()
@@ -153,9 +161,11 @@ class EncodedImage:
 
     def _read_header(self) -> Optional[_turbojpeg.JpegHeader]:
         """libjpeg-turbo's header of a JPEG it can decode as OpenCV would; otherwise None, and
-        the whole image is decoded by OpenCV now (for its size)."""
+        the whole image is decoded by OpenCV now (for its size). Damaged data is refused first
+        (unless decoding is lenient)."""
         from ..image_limits import check_image_bytes
 
+        check_unless_lenient(self.component, self.data, mode=self._mode)
         declared = check_image_bytes(self.component, self.data)
         view = memoryview(self.data)
         is_jpeg = view[:len(_JPEG_START)] == _JPEG_START
@@ -170,9 +180,12 @@ class EncodedImage:
                 header = tj.header(self.data, declared)
             except _turbojpeg.TurboJpegError:
                 header = None
-            if header is not None and header.height > 0 and header.width > 0 and header.precision == 8 \
-                    and header.colorspace not in (3, 4) and _exif_orientation(view) in (None, 1):
-                return header
+            if header is not None and header.height > 0 and header.width > 0 and header.precision == 8:
+                partial = header.colorspace not in (3, 4) and _exif_orientation(view) in (None, 1)
+                if self._mode == "thorough" or (self._mode == "strict" and not partial):
+                    read_all_jpeg_data(self.component, self.data, header)   # OpenCV ignores libjpeg's warnings
+                if partial:
+                    return header
         self._full = self._decode_with_opencv()
         return None
 
@@ -187,8 +200,9 @@ class EncodedImage:
         flag = cv2.IMREAD_GRAYSCALE if self.grey else cv2.IMREAD_COLOR
         pixels = cv2.imdecode(np.frombuffer(self.data, np.uint8), flag)
         if pixels is None:
-            raise ValueError("{}: OpenCV cannot decode these {} bytes as an image (they start with {!r})".format(
-                self.component, len(self.data), bytes(memoryview(self.data)[:16])))
+            raise DamagedImageError("{}: OpenCV cannot decode these {} bytes as an image (they start with {!r}): "
+                                    "expected a complete image file in a format OpenCV reads".format(
+                                        self.component, len(self.data), bytes(memoryview(self.data)[:16])))
         return pixels
 
     # ---------------------------------------------------------------------------- like an array
@@ -223,8 +237,8 @@ class EncodedImage:
             raise ValueError("{}: crop (y0, x0, h, w) = {} is outside the {}x{} image".format(
                 self.component, (y0, x0, h, w), height, width))
         out = EncodedImage.__new__(EncodedImage)
-        out.data, out.component, out.grey, out._header, out._full = (self.data, self.component, self.grey,
-                                                                     self._header, self._full)
+        out.data, out.component, out.grey, out._mode, out._header, out._full = (
+            self.data, self.component, self.grey, self._mode, self._header, self._full)
         out._window, out._pixels = (y + y0, x + x0, h, w), None
         return out
 
@@ -242,8 +256,12 @@ class EncodedImage:
 
         tj = _turbojpeg.turbojpeg()
         assert tj is not None                            # a header means the library was there
-        return tj.decode(self.data, self._window, scale=scale, grey=self.grey, header=self._header,
-                         max_pixels=MAX_IMAGE_PIXELS or 0, fast_dct=_dct_method[0] == "fast")
+        try:
+            return tj.decode(self.data, self._window, scale=scale, grey=self.grey, header=self._header,
+                             max_pixels=MAX_IMAGE_PIXELS or 0, fast_dct=_dct_method[0] == "fast",
+                             strict=self._mode != "lenient")
+        except _turbojpeg.TurboJpegError as err:
+            raise decoder_error(self.component, self.data, err) from None
 
     def resized(self, new_h: int, new_w: int, interp: int) -> np.ndarray:
         """The window resized to ``new_h x new_w`` (OpenCV interpolation ``interp``), decoded at
