@@ -74,7 +74,7 @@ from ._regions import aligned as _aligned, table as _table, table_bytes as _tabl
 from .errors import exception_type_named, failure_report
 from .logger import get_logger
 
-__all__ = ["open_channel", "ParentEnd", "WorkerSpec", "WorkerEnd", "DEFAULT_SHM_BYTES"]
+__all__ = ["open_channel", "ParentEnd", "WorkerSpec", "WorkerEnd", "ChannelClosed", "DEFAULT_SHM_BYTES"]
 
 logger = get_logger(__name__)
 
@@ -93,6 +93,25 @@ _HELD, _TOO_BIG, _NO_SPACE = "held", "big", "space"
 _MIN_COMMIT_BYTES = 1 << 20
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)    # Linux >= 5.14
 _FD_LIMIT_ERRNOS = (errno.EMFILE, errno.ENFILE)
+
+
+class ChannelClosed(EOFError):
+    """In a worker: the parent closed the channel (the worker was retired, or its flow closed).
+
+    Its own class, so that a worker's loop tells the parent's normal stop apart from an
+    ``EOFError`` or ``BrokenPipeError`` of the user's code (a truncated file, a closed socket),
+    which is reported to the parent like any other exception.
+
+    Example::
+
+        try:
+            command = end.receive_command(timeout=0.05)
+        except ChannelClosed:
+            return                          # a normal stop
+    """
+
+    def __init__(self) -> None:
+        super().__init__("the parent closed the channel")
 
 
 def _uses_shared_memory(lengths: List[int]) -> bool:
@@ -280,7 +299,7 @@ class WorkerEnd:
         pause = _SHM_POLL_SECONDS[0]
         while slot is None and size <= regions.capacity and regions.awaiting_receipt():
             if self._reader is not None and not self._reader.is_alive():
-                raise EOFError("the parent closed the channel")
+                raise ChannelClosed()
             time.sleep(pause)
             pause = min(2 * pause, _SHM_POLL_SECONDS[1])
             slot = regions.allocate(size)
@@ -376,9 +395,12 @@ class WorkerEnd:
             self._prepared.clear()
 
     def send_datapoint(self, obj: Any) -> int:
-        """Send one datapoint; returns the number of array bytes it carried in frames."""
+        """Send one datapoint; returns the number of array bytes it carried in frames.
+        :class:`ChannelClosed` when the parent closed the channel."""
         try:
             return self._send_datapoint(obj)
+        except (BrokenPipeError, ConnectionResetError) as err:
+            raise ChannelClosed() from err
         finally:
             self._release_prepared()
 
@@ -434,7 +456,8 @@ class WorkerEnd:
             pass
 
     def receive_command(self, timeout: float) -> Optional[Any]:
-        """The next command from the parent, or None after ``timeout``; EOFError when it closed.
+        """The next command from the parent, or None after ``timeout``; :class:`ChannelClosed`
+        (an EOFError) when it closed the channel.
 
         A reader thread keeps the command pipe drained, so the parent never blocks sending."""
         if self._reader is None:
@@ -447,7 +470,7 @@ class WorkerEnd:
             return None
         if command is _EOF:
             self._reader.commands.put(_EOF)
-            raise EOFError("the parent closed the channel")
+            raise ChannelClosed()
         return command
 
 
@@ -570,7 +593,7 @@ class ParentEnd:
 
     def close_commands(self) -> None:
         """Close the command pipe only: the worker's :meth:`WorkerEnd.receive_command` raises
-        EOFError once it has taken the commands sent before, while what it sends still arrives."""
+        :class:`ChannelClosed` once it has taken the commands sent before, while what it sends still arrives."""
         if not self._commands.closed:
             fork_guard.forget(self._commands.fileno())
             self._commands.close()

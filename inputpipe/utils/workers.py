@@ -23,8 +23,9 @@ Example::
 """
 import errno
 import selectors
+import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from . import fork_guard
 from .errors import WorkerError
@@ -40,6 +41,10 @@ __all__ = ["START_METHODS", "default_start_method", "WorkerProcesses", "WorkerPo
 logger = get_logger(__name__)
 
 _MESSAGE, _ENDED = "message", "ended"        # what a ready file of a WorkerPool's selector means
+#: Seconds a worker whose channel broke (a command could not be sent, its messages ended) may take
+#: to exit before it is reported without its exit status. Its exit is what reports it: then its
+#: status is known and everything it sent before (its own error report first of all) was read.
+EXIT_GRACE = 5.0
 
 
 class WorkerPool:
@@ -82,6 +87,7 @@ class WorkerPool:
         self._next_rank = 0
         self._selector: Optional[selectors.BaseSelector] = None
         self._notices: set = set()
+        self._broken: Dict[int, float] = {}    # rank -> when its channel broke (it is ending)
         #: Counts the workers added and retired while running (a flow that schedules over the pool
         #: compares it to see a change made by someone else).
         self.changes = 0
@@ -238,13 +244,15 @@ class WorkerPool:
             self.component, rank, max(self.num, rank + 1), what, advice))
 
     def send(self, rank: int, command: Any) -> None:
-        """Send ``command`` (wire format) to worker ``rank``."""
+        """Send ``command`` (wire format) to worker ``rank``. A worker that no longer reads its
+        commands has ended or is ending: the command is dropped and :meth:`receive` reports the
+        worker once it has exited (with what it sent before, its own error report included)."""
         if self._failure is not None:
             raise self._failure
         try:
             self._ends[rank].send_command(command)
         except OSError:
-            raise self._fail(self._worker_error(rank)) from None
+            self._broke(rank)
 
     def receive(self, timeout: float) -> Optional[Tuple[int, Any]]:
         """``(rank, datapoint)`` from the first worker that has one, or None after ``timeout``.
@@ -260,22 +268,37 @@ class WorkerPool:
             if rank not in messages:
                 if rank not in self._retiring or not self._reap(rank):
                     raise self._fail(self._worker_error(rank))
+        self._check_broken()
         # fair: start after the rank that was served last
         order = messages if len(messages) < 2 else sorted(messages, key=lambda r: (r < self._next_rank, r))
         for rank in order:
             try:
                 kind, value = self._ends[rank].receive()
             except (EOFError, OSError):
-                if rank in self._retiring:     # it closed its end: wait for the process to end
-                    self._unwatch_messages(rank)
-                    continue
-                raise self._fail(self._worker_error(rank)) from None
+                # it closed its end (it is ending): its exit reports it, with its status
+                self._unwatch_messages(rank)
+                if rank not in self._retiring:
+                    self._broke(rank)
+                continue
             if kind == "error":
                 reason, remote_traceback, original_type, nested = value
                 raise self._fail(self._worker_error(rank, remote_traceback, reason, original_type, nested))
             self._next_rank = rank + 1
             return rank, value
         return None
+
+    def _broke(self, rank: int) -> None:
+        """Worker ``rank``'s channel broke: it has ended or is ending, and its exit reports it."""
+        self._broken.setdefault(rank, time.monotonic())
+
+    def _check_broken(self) -> None:
+        """A worker whose channel broke and that has not exited within :data:`EXIT_GRACE`
+        (it closed its pipes itself) is reported without its exit status."""
+        for rank, since in self._broken.items():
+            waited = time.monotonic() - since
+            if waited > EXIT_GRACE:
+                raise self._fail(self._worker_error(rank, reason="closed its channel to the parent but has not "
+                                                   "exited {:.1f} s later".format(waited)))
 
     def _unwatch_messages(self, rank: int) -> None:
         assert self._selector is not None
@@ -293,6 +316,7 @@ class WorkerPool:
         self._selector.unregister(self._procs.exit_fds[rank])
         exitcode = self._procs.release(rank)
         self._retiring.discard(rank)
+        self._broken.pop(rank, None)
         self._ends[rank].close()
         return exitcode == 0
 
@@ -335,11 +359,15 @@ def _close_pool(procs: WorkerProcesses, ends, selectors_made: List[selectors.Bas
 
 
 def _serve_channel(rank: int, target: Callable, spec, *args) -> None:
-    """Worker side of :class:`WorkerPool`: open the channel, run ``target``, report its exception."""
+    """Worker side of :class:`WorkerPool`: open the channel, run ``target``, report its exception
+    (an ``EOFError`` or ``BrokenPipeError`` of the user's code too: only the channel's own
+    :class:`~inputpipe.utils.channel.ChannelClosed` is the parent's normal stop)."""
+    from .channel import ChannelClosed
+
     end = spec.open()
     try:
         target(rank, end, *args)
-    except (EOFError, BrokenPipeError):
+    except ChannelClosed:
         pass                                    # the parent closed the channel: a normal stop
     except BaseException as err:
         end.send_error(err)
