@@ -25,6 +25,7 @@ from .tensor import TensorInput, DummyConstantInput
 from .remap import remap_input_source, RemappedInput
 from .zmq import ZMQInput
 from .jpeg_decode import JpegDecodeInput
+from .estimator import EstimatorInput
 from . import input_source, input_source_base  # noqa: F401,E402  (tensorpack's module paths)
 
 __all__ = [
@@ -32,5 +33,5 @@ __all__ = [
     "HookedSession", "hooked_session",
     "PlaceholderInput", "FeedInput", "QueueInput", "BatchQueueInput", "StagingInput",
     "TFDatasetInput", "TensorInput", "DummyConstantInput", "remap_input_source", "RemappedInput", "ZMQInput",
-    "JpegDecodeInput",
+    "JpegDecodeInput", "EstimatorInput",
 ]

@@ -34,10 +34,12 @@ from tensorflow.python.training.saving import saveable_object
 
 from ..dataflow._state import check_plain_state
 from ..dataflow.base import NotResumableError
+from ..utils.compat import numpy_function
+from ..utils.compat import numpy_function
 from ..utils.logger import get_logger
 from .placement import on_host
 
-__all__ = ["InputPosition", "STATE_FORMAT", "encode_position", "decode_position"]
+__all__ = ["InputPosition", "STATE_FORMAT", "encode_position", "decode_position", "not_resumable_reason"]
 
 logger = get_logger(__name__)
 
@@ -81,8 +83,8 @@ class _PositionSaveable(saveable_object.SaveableObject):
     def _save_tensor(self) -> tf.Tensor:
         with tf.device("/cpu:0"):
             consumed = self._position.variable[0]
-            encoded = tf.numpy_function(self._position.encode_consumed, [consumed, self._position.pending_document],
-                                        tf.string, stateful=True, name="encode_input_position")
+            encoded = numpy_function(self._position.encode_consumed, [consumed, self._position.pending_document],
+                                     tf.string, stateful=True, name="encode_input_position")
             encoded.set_shape([])
             return encoded
 
@@ -118,8 +120,15 @@ class InputPosition:
         if track is False:
             self.reason = "{}: input position tracking is off (track_state=False)".format(owner)
         else:
-            self.reason = _not_resumable_reason(ds)
+            self.reason = not_resumable_reason(ds)
         self.enabled = self.reason is None
+        #: The owner's data continues across sessions in this process (see ``continuing.py``): the
+        #: steps record what they consume even when the position is not tracked, and a checkpoint
+        #: without a position does not restart the data here (only a new process starts it over).
+        self.continuing = False
+        #: Whether checkpoints save and restore the position (a source that starts its data afresh
+        #: in every session, e.g. for evaluation, has nothing to save).
+        self.checkpointed = True
         self._next = 0
         self._states: Dict[int, Dict[str, Any]] = {}
         self._window = 0
@@ -133,6 +142,11 @@ class InputPosition:
         self.restored: Any = None            # the string a restore assigns (made by build())
         self.pending_document: Any = None    # its value, "" when unset
         self._take_restored: Any = None      # reads and clears it
+
+    @property
+    def records(self) -> bool:
+        """Whether the consuming steps record the number of what they take."""
+        return self.enabled or self.continuing
 
     def disable(self, reason: Optional[str]) -> None:
         """Stop tracking, for ``reason`` (None: keep tracking)."""
@@ -177,8 +191,9 @@ class InputPosition:
                 clear = self.restored.assign("", read_value=False)
             with tf.control_dependencies([clear]):
                 self._take_restored = tf.identity(document, name="take_restored_input_position")
-        name = self.variable.op.name
-        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, _PositionSaveable(self, name))
+        if self.checkpointed:
+            name = self.variable.op.name
+            tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, _PositionSaveable(self, name))
 
     def widen(self, extra: int) -> None:
         """Allow ``extra`` more datapoints in flight (a wrapper that reads ahead, e.g. staging)."""
@@ -231,6 +246,10 @@ class InputPosition:
         if decoded is None:
             return None
         state = decoded["state"]
+        if self.continuing and (not self.enabled or state is None):
+            logger.debug("%s: the checkpoint holds no input position; the data continues where this process "
+                         "left it", self.owner)
+            return None
         if not self.enabled:
             logger.warning("%s: a checkpoint was restored, but %s; the data starts over at the beginning",
                            self.owner, self.reason)
@@ -265,6 +284,10 @@ class InputPosition:
                 if seq % self._unit:        # the datapoint before ends no batch: it was kept as the latest
                     states.pop(seq - 1, None)
         return seq
+
+    def consumed_count(self, session: tf.compat.v1.Session) -> int:
+        """How many datapoints the steps of ``session`` consumed (the recorded number plus one)."""
+        return int(session.run(self.variable)[0]) + 1
 
     def consumed_state(self, session: Optional[tf.compat.v1.Session]) -> Optional[Dict[str, Any]]:
         """The DataFlow state after the last datapoint the steps consumed in ``session``, or None
@@ -307,7 +330,7 @@ class InputPosition:
         return encode_position(self.owner, state, self.flow)
 
 
-def _not_resumable_reason(ds: Any) -> Optional[str]:
+def not_resumable_reason(ds: Any) -> Optional[str]:
     check = getattr(ds, "check_resumable", None)
     if check is None:
         return "{} has no get_state()/set_state()".format(type(ds).__name__)

@@ -230,7 +230,7 @@ class QueueInput(FeedfreeInput):
             tensor.set_shape(spec.shape)
         consume_op = outputs[0].op
         if not self._staged_reads:
-            record = [self._position.record_op(seq)] if seq is not None and self._position.enabled else []
+            record = [self._position.record_op(seq)] if seq is not None and self._position.records else []
             outputs = _named_like_tensorpack(outputs, self, record)
         return Tower(outputs, consume_op=consume_op, stat_tensors={"wait": wait},
                      seq=seq if self._staged_reads else None)

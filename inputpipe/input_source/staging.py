@@ -32,6 +32,8 @@ import tensorflow as tf
 from tensorflow.python.ops import data_flow_ops
 
 from ..utils.arguments import ArgumentKindError
+from ..utils.compat import list_physical_devices
+from ..utils.compat import list_physical_devices
 from ..utils.concurrency import POLL_INTERVAL
 from .base import FeedfreeInput, InputSource, InputSourceHook, Tower
 from .errors import InputSourceError
@@ -47,7 +49,7 @@ def default_staging_device() -> str:
 
         assert default_staging_device() in ("/gpu:0", "/cpu:0")
     """
-    return "/gpu:0" if tf.config.list_physical_devices("GPU") else "/cpu:0"
+    return "/gpu:0" if list_physical_devices("GPU") else "/cpu:0"
 
 
 def _caller_scope_is_empty() -> bool:
@@ -154,7 +156,7 @@ class StagingInput(FeedfreeInput):
         inner_tensors = self._input.get_input_tensors()
         inner = self._input._last_tower()
         position: Any = self._input._input_position()
-        staged_seq = inner.seq is not None and position is not None and position.enabled
+        staged_seq = inner.seq is not None and position is not None and position.records
         if staged_seq:      # the batch's position number is staged with it, recorded when unstaged
             inner_tensors = inner_tensors + [inner.seq]
             position.widen((self.nr_stage + 1) * self._input._datapoints_per_batch())

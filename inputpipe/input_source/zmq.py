@@ -20,15 +20,18 @@ import tensorflow as tf
 
 from ..dataflow.remote import RemoteDataZMQ
 from ..utils import serialize
-from ..utils.concurrency import POLL_INTERVAL
+from ..utils.compat import dataset_from_generator
+from ..utils.compat import dataset_from_generator, without_injected_prefetch
+from ..utils.concurrency import POLL_INTERVAL, stop_requested
 from ..utils.logger import get_logger
+from .continuing import StreamFeed
 from .errors import InputSourceError
 from .queue import QueueInput
 from .signature import DatapointConverter, normalize_signature
 
 logger = get_logger(__name__)
 
-__all__ = ["ZMQInput"]
+__all__ = ["ZMQInput", "ZMQStreamFeed"]
 
 #: Seconds between two warnings about rejected datapoints (the first one is logged at once).
 REJECT_LOG_INTERVAL = 10.0
@@ -171,15 +174,42 @@ class ZMQInput(QueueInput):
             for arrays in self._received(stop.is_set, convert):
                 yield tuple(arrays)
 
-        dataset = tf.data.Dataset.from_generator(
-            generate, output_signature=tuple(tf.TensorSpec(s.shape, s.dtype) for s in specs))
+        dataset = dataset_from_generator(
+            generate, tuple(tf.TensorSpec(s.shape, s.dtype) for s in specs))
         # no read-ahead tf.data adds by itself: a read waiting for a datapoint that never comes
         # would keep the session from closing (prefetch added by the user: close() this first)
-        options = tf.data.Options()
-        options.experimental_optimization.inject_prefetch = False
-        return dataset.with_options(options)
+        return without_injected_prefetch(dataset)
 
     def close(self) -> None:
         self._dataset_stop.set()
         super().close()
         self.ds.close()
+
+
+class ZMQStreamFeed(StreamFeed):
+    """A ``ZMQInput``'s socket read by a :class:`~inputpipe.input_source.continuing.ContinuingStream`
+    (``EstimatorInput``): the datapoints that fit ``specs`` (set before the first read), as
+    arrays, without passes; bad ones are rejected and counted on the ``ZMQInput`` as usual, and
+    its ``timeout`` and silence warnings apply.
+
+    Example::
+
+        feed = ZMQStreamFeed(ZMQInput("tcp://127.0.0.1:8877", hwm=20), "EstimatorInput")
+        feed.specs = specs
+    """
+
+    def __init__(self, source: ZMQInput, name: str):
+        self.source = source
+        self.name = name
+        self.specs: Optional[List[tf.TensorSpec]] = None
+
+    def reset_state(self) -> None:
+        self.source.ds.reset_state()
+
+    def passes(self) -> Iterator[Any]:
+        if self.specs is None:
+            raise InputSourceError("{}: the signature of the socket's datapoints is not known yet".format(self.name))
+        return self.source._received(stop_requested, DatapointConverter(self.specs, self.source.name))
+
+    def close(self) -> None:
+        self.source.close()
