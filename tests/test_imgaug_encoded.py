@@ -329,3 +329,21 @@ def test_the_file_is_read_in_place_from_bytes_and_arrays_and_copied_from_anythin
     assert isinstance(copied.data, bytes)                        # a mutable buffer is copied once
     tj = _turbojpeg.turbojpeg()
     assert np.array_equal(tj.decode(memoryview(data), window), tj.decode(array, window))
+
+
+def test_old_style_augmentors_and_transform_factories_get_the_pixels_of_bytes():
+    class Invert(imgaug.ImageAugmentor):            # tensorpack < 0.10's interface: a TransformFactory
+        def _get_augment_params(self, img):
+            return 255
+
+        def _augment(self, img, top):
+            return top - img
+
+    image = photo(24, 32)
+    data = cv2.imencode(".png", image)[1].tobytes()
+    assert np.array_equal(Invert().augment(data), 255 - image)
+    negate = imgaug.TransformFactory(name="negate", apply_image=lambda img: 255 - img)
+    assert np.array_equal(negate.apply_image(EncodedImage(data)), 255 - image)
+    deform = imgaug.GaussianDeform([(0.5, 0.5)], (24, 32), sigma=0.2)
+    deform.reset_state()
+    assert deform.augment(data).shape == (24, 32, 3)

@@ -14,6 +14,11 @@ from .transform import CropTransform, PhotometricTransform, ResizeTransform, Tra
 __all__ = ["RandomCrop", "CenterCrop", "RandomCropRandomShape", "GoogleNetRandomCropAndResize", "RandomCutout"]
 
 
+def _check_size(component: str, name: str, size: Any) -> None:
+    if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
+        raise ValueError("{}: {} must be an int >= 1 (pixels), got {!r}".format(component, name, size))
+
+
 def _check_fits(component: str, crop_shape: Tuple[int, int], img_shape: Tuple[int, ...]) -> None:
     if img_shape[0] < crop_shape[0] or img_shape[1] < crop_shape[1]:
         raise ValueError("{}: crop of (h, w) = {} does not fit in an image of shape {}".format(
@@ -114,7 +119,10 @@ class RandomCropRandomShape(ImageAugmentor):
 class GoogleNetRandomCropAndResize(ImageAugmentor):
     """Inception-style crop: a random window of ``crop_area_fraction`` of the area and aspect ratio
     in ``aspect_ratio_range`` (either orientation), resized to ``target_shape`` squared. After 10
-    failed draws: :class:`ResizeShortestEdge` then :class:`CenterCrop`.
+    failed draws: :class:`ResizeShortestEdge` then :class:`CenterCrop`. A draw fails when its
+    window does not fit in the image or rounds to no pixel (tensorpack took a window of width or
+    height 0, on images of a few pixels, and failed in OpenCV's resize): a 1x1 image always gets
+    the fallback.
 
     Example::
 
@@ -132,6 +140,7 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
                  aspect_ratio_range: Tuple[float, float] = (0.75, 1.333),
                  target_shape: int = 224, interp: int = INTER_LINEAR):
         import_cv2("GoogleNetRandomCropAndResize")
+        _check_size("GoogleNetRandomCropAndResize", "target_shape", target_shape)
         super().__init__()
         self.crop_area_fraction = crop_area_fraction
         self.aspect_ratio_range = aspect_ratio_range
@@ -149,7 +158,7 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
             hh = int(np.sqrt(target_area / aspect) + 0.5)
             if rng.uniform() < 0.5:
                 ww, hh = hh, ww
-            if hh <= h and ww <= w:
+            if 1 <= hh <= h and 1 <= ww <= w:
                 x0 = rng.randint(0, w - ww + 1)
                 y0 = rng.randint(0, h - hh + 1)
                 return TransformList([CropTransform(y0, x0, hh, ww),

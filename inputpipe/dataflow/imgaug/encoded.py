@@ -233,7 +233,11 @@ class EncodedImage:
     def crop(self, y0: int, x0: int, h: int, w: int) -> "EncodedImage":
         """The ``h x w`` window at ``(y0, x0)`` of this one, still encoded."""
         y, x, height, width = self._window
-        if y0 < 0 or x0 < 0 or h <= 0 or w <= 0 or y0 + h > height or x0 + w > width:
+        if h <= 0 or w <= 0:
+            raise ValueError("{}: the crop (y0, x0, h, w) = {} of the {}x{} image is empty; an encoded image "
+                             "cannot become empty (expected h and w >= 1)".format(self.component, (y0, x0, h, w),
+                                                                                  height, width))
+        if y0 < 0 or x0 < 0 or y0 + h > height or x0 + w > width:
             raise ValueError("{}: crop (y0, x0, h, w) = {} is outside the {}x{} image".format(
                 self.component, (y0, x0, h, w), height, width))
         out = EncodedImage.__new__(EncodedImage)

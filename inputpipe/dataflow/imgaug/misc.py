@@ -60,6 +60,8 @@ class Resize(ImageAugmentor):
     def __init__(self, shape: Any, interp: int = INTER_LINEAR):
         import_cv2("Resize")
         self.shape = hw_shape("Resize", shape)
+        if min(self.shape) < 1:
+            raise ValueError("Resize: shape must be at least (1, 1), got {!r}".format(shape))
         self.interp = interp
         super().__init__()
 
@@ -83,6 +85,8 @@ class ResizeShortestEdge(ImageAugmentor):
     def __init__(self, size: int, interp: int = INTER_LINEAR):
         import_cv2("ResizeShortestEdge")
         self.size = int(size)
+        if self.size < 1:
+            raise ValueError("ResizeShortestEdge: size must be >= 1 (pixels), got {!r}".format(size))
         self.interp = interp
         super().__init__()
 
@@ -97,8 +101,10 @@ class ResizeShortestEdge(ImageAugmentor):
 
 
 def _round_at_least(size: np.ndarray, minimum: int) -> int:
-    """``max(size, minimum)`` rounded half up (in the precision of ``size`` when that is larger)."""
-    return int((minimum if minimum > size else size) + 0.5)
+    """``max(size, minimum)`` rounded half up (in the precision of ``size`` when that is larger),
+    and at least 1: a side that would round to no pixel (a small scale of an image a few pixels
+    wide) keeps one."""
+    return max(1, int((minimum if minimum > size else size) + 0.5))
 
 
 def _is_float_range(values: Tuple[Any, Any]) -> bool:
@@ -112,7 +118,7 @@ class RandomResize(ImageAugmentor):
         xrange: ``(min, max)`` of the new width: a scale factor when either is a float (e.g.
             ``(0.9, 1.2)``), else pixels (e.g. ``(200, 350)``).
         yrange: the same for the height; unused (may be None) when ``aspect_ratio_thres == 0``.
-        minimum: ``(min_w, min_h)`` in pixels.
+        minimum: ``(min_w, min_h)`` in pixels; a side never becomes less than 1 pixel.
         aspect_ratio_thres: draws that change the aspect ratio by this fraction or more are
             redrawn (after 50 tries the image keeps its size); 0 keeps the aspect ratio.
         interp: OpenCV interpolation.

@@ -152,6 +152,9 @@ class ResizeTransform(Transform):
     def __init__(self, h: int, w: int, new_h: int, new_w: int, interp: int):
         super().__init__()
         import_cv2("ResizeTransform")
+        if new_h < 1 or new_w < 1:
+            raise ValueError("ResizeTransform: the new size (h, w) must be at least (1, 1), got {}".format(
+                (new_h, new_w)))
         self._init(locals())
 
     def apply_image(self, img: np.ndarray) -> np.ndarray:
@@ -379,13 +382,23 @@ class TransformFactory(Transform):
             if not key.startswith("apply_"):
                 raise KeyError("TransformFactory: expected apply_* functions as keyword arguments, got {!r}".format(
                     key))
-            setattr(self, key, func)
+            setattr(self, key, _pixels_first(func) if key == "apply_image" else func)
         self._name = name
 
     def __repr__(self) -> str:
         return "imgaug.TransformFactory({})".format("" if self._name is None else self._name)
 
     __str__ = __repr__
+
+
+def _pixels_first(apply_image: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``apply_image`` given the pixels of an :class:`~inputpipe.dataflow.imgaug.encoded.EncodedImage`
+    (a function of a TransformFactory, e.g. an old-style augmentor's ``_augment``, expects pixels)."""
+    @functools.wraps(apply_image)
+    def apply(img: Any) -> Any:
+        return apply_image(img.decode() if isinstance(img, EncodedImage) else img)
+
+    return apply
 
 
 class TransformList(BaseTransform):
