@@ -35,7 +35,6 @@ from tensorflow.python.training.saving import saveable_object
 from ..dataflow._state import check_plain_state
 from ..dataflow.base import NotResumableError
 from ..utils.compat import numpy_function
-from ..utils.compat import numpy_function
 from ..utils.logger import get_logger
 from .placement import on_host
 

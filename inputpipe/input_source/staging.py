@@ -33,7 +33,6 @@ from tensorflow.python.ops import data_flow_ops
 
 from ..utils.arguments import ArgumentKindError
 from ..utils.compat import list_physical_devices
-from ..utils.compat import list_physical_devices
 from ..utils.concurrency import POLL_INTERVAL
 from .base import FeedfreeInput, InputSource, InputSourceHook, Tower
 from .errors import InputSourceError

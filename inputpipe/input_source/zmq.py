@@ -20,7 +20,6 @@ import tensorflow as tf
 
 from ..dataflow.remote import RemoteDataZMQ
 from ..utils import serialize
-from ..utils.compat import dataset_from_generator
 from ..utils.compat import dataset_from_generator, without_injected_prefetch
 from ..utils.concurrency import POLL_INTERVAL, stop_requested
 from ..utils.logger import get_logger
