@@ -12,7 +12,6 @@ Example::
     flow = build(chain, [Form("serial")] * len(chain.units))
 """
 import copy
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
@@ -20,6 +19,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from ..utils.arguments import is_dataflow
+from ..utils.compat import native_thread_id
 from ._buffered import CacheData
 from ._helpers import close_iterators
 from .base import ProxyDataFlow
@@ -196,8 +196,11 @@ def copy_stage(flow: Any, new_input: Any) -> Any:
 # Measuring in the consumer's thread
 # ---------------------------------------------------------------------------------------------
 
-def _runqueue_seconds(native_id: int) -> Optional[float]:
-    """Seconds thread ``native_id`` of this process waited, runnable, for a CPU (Linux schedstat)."""
+def _runqueue_seconds(native_id: Optional[int]) -> Optional[float]:
+    """Seconds thread ``native_id`` of this process waited, runnable, for a CPU (Linux schedstat);
+    None when not known."""
+    if native_id is None:
+        return None
     try:
         with open("/proc/self/task/{}/schedstat".format(native_id), "rb") as fh:
             return int(fh.read().split()[1]) / 1e9
@@ -225,7 +228,7 @@ class ThreadClock:
         now = time.perf_counter()
         if now >= self._next_sample:
             self._next_sample = now + _SCHEDSTAT_EVERY
-            waited = _runqueue_seconds(threading.get_native_id())
+            waited = _runqueue_seconds(native_thread_id())
             if waited is not None:
                 if self._first is None:
                     self._first = (now, waited)

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..utils.compat import prod
 from ._tune_chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Borrowed, Chain, Form, TimedFunc, Unit
 
 #: The consumer's time per datapoint that goes through a thread map (queues; ~8 us measured).
@@ -258,7 +259,7 @@ def choose(chain: Chain, costs: Costs, cpus: float, consumer_rate: Optional[floa
     mine = user_forms(chain)
     options = [_options(chain, costs, k, unit) for k, unit in enumerate(chain.units)]
     by_cost = sorted(range(len(options)), key=lambda k: costs.units[k].own + costs.units[k].work)
-    while math.prod(len(o) for o in options) > MAX_COMBINATIONS:     # the cheapest units stay as they are
+    while prod(len(o) for o in options) > MAX_COMBINATIONS:     # the cheapest units stay as they are
         k = next(k for k in by_cost if len(options[k]) > 1)
         kind = SERIAL if mine[k].kind == SERIAL else parallel_kind(costs.units[k])
         options[k] = [(kind, mine[k].merge_batch and _can_merge(chain, k, kind))]

@@ -27,9 +27,11 @@ image in memory, so it needs no check.)
 """
 import os
 import struct
-from typing import Any, Optional, Protocol, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 import numpy as np
+
+from ..utils.compat import Protocol
 
 __all__ = ["MAX_IMAGE_PIXELS", "ImageTooLargeError", "declared_image_size", "check_image_file", "check_image_bytes"]
 

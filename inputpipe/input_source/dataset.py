@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
 import tensorflow as tf
 
 from ..utils.arguments import ArgumentKindError, is_dataflow
+from ..utils.compat import dataset_from_generator
 from .base import FeedfreeInput, Tower, timed_input
 from .errors import InputSourceError
 from ._iteration import close_dataflow
@@ -323,4 +324,4 @@ def _dataflow_dataset(df: Any, types: Union[Sequence[TypeSpec], Dict[str, TypeSp
             for datapoint in df:
                 yield tuple(convert(datapoint))
 
-    return tf.data.Dataset.from_generator(generate, output_signature=signature)
+    return dataset_from_generator(generate, signature)

@@ -15,6 +15,8 @@ from typing import Any, Dict, FrozenSet, Tuple
 
 import tensorflow as tf
 
+from ..utils.compat import tensor_ref
+
 __all__ = ["FetchDependencies"]
 
 
@@ -41,7 +43,7 @@ def _feed_tensors(graph: tf.Graph, feed_dict: Any) -> FrozenSet[Any]:
             if isinstance(leaf, (str, bytes)):
                 leaf = graph.as_graph_element(leaf.decode() if isinstance(leaf, bytes) else leaf)
             if isinstance(leaf, tf.Tensor):
-                tensors.add(leaf.ref())
+                tensors.add(tensor_ref(leaf))
     return frozenset(tensors)
 
 
@@ -75,7 +77,7 @@ class FetchDependencies:
         while stack:
             op = stack.pop()
             for tensor in op.inputs:
-                if tensor.ref() in fed:
+                if tensor_ref(tensor) in fed:
                     continue
                 if tensor.op not in seen:
                     seen.add(tensor.op)

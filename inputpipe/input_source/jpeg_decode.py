@@ -27,6 +27,7 @@ from typing import Callable, List, Optional, Tuple
 import tensorflow as tf
 
 from ..dataflow.image_damage import decoding_mode
+from ..utils.compat import map_fn, where
 from .base import InputSource
 from .errors import InputSourceError
 from .proxy import ProxyInputSource
@@ -74,11 +75,11 @@ def _decode_batch(jpeg: tf.Tensor, crop: tf.Tensor, size: List[int], bgr: bool, 
     h, w = crop[:, 2], crop[:, 3]
     ratio_index = tf.zeros_like(h)
     for i, ratio in enumerate(_RATIOS[1:], start=1):
-        ratio_index = tf.where(tf.logical_and(h >= ratio * size[0], w >= ratio * size[1]), i, ratio_index)
+        ratio_index = where(tf.logical_and(h >= ratio * size[0], w >= ratio * size[1]), i, ratio_index)
     positions = tf.dynamic_partition(tf.range(tf.shape(jpeg)[0]), ratio_index, len(_RATIOS))
     jpegs = tf.dynamic_partition(jpeg, ratio_index, len(_RATIOS))
     crops = tf.dynamic_partition(crop, ratio_index, len(_RATIOS))
-    parts = [tf.map_fn(_decode_at(ratio, size, bgr, dct_method, lenient), (part_jpegs, part_crops),
+    parts = [map_fn(_decode_at(ratio, size, bgr, dct_method, lenient), (part_jpegs, part_crops),
                        fn_output_signature=tf.TensorSpec(size + [3], tf.uint8), parallel_iterations=parallel)
              for ratio, part_jpegs, part_crops in zip(_RATIOS, jpegs, crops)]
     return tf.dynamic_stitch(positions, parts)

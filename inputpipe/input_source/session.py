@@ -10,10 +10,11 @@
 staging area, feed, record statistics). Leaving the block stops and closes the sources (also on
 an exception); a background failure of a source is raised as :class:`InputSourceError`.
 """
-from typing import Any, List, Literal, Optional, Union
+from typing import Any, List, Optional, Union
 
 import tensorflow as tf
 
+from ..utils.compat import Literal
 from ..utils.logger import get_logger
 
 __all__ = ["HookedSession", "hooked_session"]

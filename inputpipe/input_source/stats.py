@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..dataflow.autoscale import WorkerCountChange, auto_stages, stage_name
+from ..utils.compat import numpy_function
 from ..utils.logger import get_logger
 from .placement import on_host
 
@@ -322,7 +323,7 @@ class InputStats:
         with self._lock:
             counted = max(self.steps - self.warmup_steps, 0)
             totals = self._totals()
-            return {
+            summary = {
                 "steps": self.steps,
                 "input_wait_s": self.total_wait,
                 "mean_wait_ms": 1e3 * self.total_wait / counted if counted else 0.0,
@@ -333,7 +334,9 @@ class InputStats:
                 "consumed_per_s": totals.consumed_per_s,
                 "dataflow_cpu_ms_per_step": _ms(totals.dataflow_cpu_per_step),
                 "feed_cpu_ms_per_step": _ms(totals.feed_cpu_per_step),
-            } | {"workers/" + name: count for name, count in self.worker_counts().items()}
+            }
+            summary.update(("workers/" + name, count) for name, count in self.worker_counts().items())
+            return summary
 
     # -- TensorBoard ----------------------------------------------------------------------------
     def latest(self, stat: str) -> float:
@@ -352,14 +355,14 @@ class InputStats:
             return []
         for name, _ in self._stages:
             with tf.name_scope("input_source_stats"), on_host():
-                value = tf.numpy_function(functools.partial(self._workers_array, name), [], tf.float32,
-                                          stateful=True, name="workers_" + _tag(name))
+                value = numpy_function(functools.partial(self._workers_array, name), [], tf.float32,
+                                       stateful=True, name="workers_" + _tag(name))
                 value.set_shape([])
             self._summaries.append(tf.compat.v1.summary.scalar("input/workers/" + _tag(name), value))
         for stat in [s for s in self.SCALARS if s in scalars]:
             with tf.name_scope("input_source_stats"), on_host():     # numpy_function: no GPU kernel
-                value = tf.numpy_function(functools.partial(self._latest_array, stat), [], tf.float32,
-                                          stateful=True, name="{}_{}".format(scope, stat))
+                value = numpy_function(functools.partial(self._latest_array, stat), [], tf.float32,
+                                       stateful=True, name="{}_{}".format(scope, stat))
                 value.set_shape([])
             self._summaries.append(tf.compat.v1.summary.scalar("input_source/{}/{}".format(scope, stat), value))
         return list(self._summaries)

@@ -15,12 +15,12 @@ The two kinds cannot be mistaken for each other or for the wire format: a pickle
 73 followed by more bytes. Errors are :class:`~inputpipe.utils.serialize.WireFormatError`; the
 dataset readers turn them into ``DatasetFormatError`` (:mod:`inputpipe.dataflow.tensorpack_records`).
 """
-import math
 import pickle
 from typing import Any, Optional
 
 import numpy as np
 
+from .compat import prod
 from ._pickle_policy import pickle_allowed, pickle_refusal
 from ._wire_decode import _TIMESTAMP_START, _refuse_timestamps
 from ._wire_layout import _ALLOWED_DTYPES, WireFormatError, _lookup_dtype
@@ -77,9 +77,9 @@ def _array(obj: dict, what: str) -> Any:
     shape = obj.get(b"shape")
     if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape) or len(shape) > 64:
         raise WireFormatError("{}: msgpack-numpy array with a malformed shape {!r}".format(what, shape))
-    if math.prod(shape) * dtype.itemsize != len(data):
+    if prod(shape) * dtype.itemsize != len(data):
         raise WireFormatError("{}: msgpack-numpy array of dtype {} and shape {} needs {} bytes, has {}".format(
-            what, dtype, tuple(shape), math.prod(shape) * dtype.itemsize, len(data)))
+            what, dtype, tuple(shape), prod(shape) * dtype.itemsize, len(data)))
     # A copy: writable, and independent of the record's bytes (as inputpipe's own files load).
     return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 

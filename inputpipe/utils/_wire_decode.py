@@ -1,7 +1,6 @@
 """Decoding of the wire format (:mod:`inputpipe.utils.serialize`): builds the objects of one
 message from its header and frames, refusing anything the format does not define.
 """
-import math
 import re
 import struct
 from typing import Any, Dict, List, Tuple
@@ -17,6 +16,7 @@ except ImportError:                 # msgpack without its C extension
     from msgpack.fallback import unpackb as _unpackb
 from msgpack.ext import Timestamp as _Timestamp
 
+from .compat import prod
 from ._wire_layout import (
     _ALLOWED_DTYPES, _ARRAY_HEAD, _CACHE_SIZE, _EXT_ARRAY, _EXT_INLINE_ARRAY, _EXT_NAMES, _EXT_SCALAR,
     _EXT_TUPLE, _FRAME_INDEX, _LAYOUT_FRAMES, _LAYOUT_SINGLE, _MAGIC, _MAX_NDIM, _PREAMBLE,
@@ -176,7 +176,7 @@ def _parse_array_head(data: bytes, at: int, kind: str) -> Tuple[np.dtype, Tuple[
                               "dtype (<U<n>, >U<n>, |S<n>)".format(
                                   kind, dtype_name, ", ".join(sorted(k.decode() for k in _ALLOWED_DTYPES))))
     shape = struct.unpack_from("<%dQ" % ndim, data, shape_at)
-    parsed = (dtype, shape, order, math.prod(shape) * dtype.itemsize)
+    parsed = (dtype, shape, order, prod(shape) * dtype.itemsize)
     if len(_parsed_head_cache) >= _CACHE_SIZE:
         _parsed_head_cache.clear()
     _parsed_head_cache[bytes(key)] = parsed

@@ -68,6 +68,7 @@ import numpy as np
 from . import fork_guard, serialize
 from .concurrency import StoppableThread
 from .buffers import aligned_empty
+from .compat import madvise
 from .copying import ParallelCopier
 from ._regions import FREE as _FREE, RECEIVED as _RECEIVED, SHM_MIN_BYTES, Regions as _Regions
 from ._regions import aligned as _aligned, table as _table, table_bytes as _table_bytes
@@ -332,9 +333,11 @@ class WorkerEnd:
         fault (``MADV_POPULATE_WRITE``, else writing one byte per page; nothing lives there yet)."""
         assert self._mm is not None         # only called on the shared-memory path
         try:
-            self._mm.madvise(_MADV_POPULATE_WRITE, offset, length)
+            if madvise(self._mm, _MADV_POPULATE_WRITE, offset, length):
+                return
         except (OSError, ValueError):
-            np.frombuffer(self._mm, np.uint8, length, offset)[::mmap.PAGESIZE] = 0
+            pass
+        np.frombuffer(self._mm, np.uint8, length, offset)[::mmap.PAGESIZE] = 0
 
     def _place(self, total: int) -> Tuple[Optional[Tuple[int, int]], Optional[str]]:
         """``(slot, None)`` for a datapoint of ``total`` array bytes in shared memory, or

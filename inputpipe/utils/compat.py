@@ -16,6 +16,7 @@ Example::
     prod([2, 3, 4])                                            # 24, also on Python 3.7
     value = numpy_function(read_stat, [], tf.float32, stateful=True)   # any TensorFlow
 """
+import gzip
 import hashlib
 import inspect
 import mmap
@@ -30,8 +31,9 @@ if TYPE_CHECKING or sys.version_info >= (3, 8):
 else:                                                   # Python 3.7: the same names, from the backport
     from typing_extensions import Literal, Protocol
 
-__all__ = ["Literal", "Protocol", "prod", "native_thread_id", "madvise", "md5", "tf_major_version",
-           "numpy_function", "list_physical_devices", "dataset_from_generator", "map_fn", "tensor_ref"]
+__all__ = ["Literal", "Protocol", "Thread", "BadGzipFile", "prod", "native_thread_id", "madvise", "md5",
+           "distribution_files", "tf_major_version", "numpy_function", "list_physical_devices",
+           "dataset_from_generator", "without_injected_prefetch", "map_fn", "where", "tensor_ref"]
 
 
 # ---- Python --------------------------------------------------------------------------------------
@@ -62,6 +64,24 @@ def native_thread_id() -> Optional[int]:
     return int(ctypes.CDLL(None, use_errno=True).syscall(number))
 
 
+if TYPE_CHECKING or sys.version_info >= (3, 8):
+    Thread = threading.Thread
+else:
+    class Thread(threading.Thread):
+        """``threading.Thread`` with Python 3.8's ``native_id``: the thread's id in the kernel
+        (None until the thread runs), so other threads can read its CPU time from /proc."""
+
+        native_id: Optional[int] = None
+
+        def _bootstrap_inner(self) -> None:      # where 3.8's Thread records it
+            self.native_id = native_thread_id()
+            super()._bootstrap_inner()
+
+#: What ``gzip`` raises for a file that is not gzip (``OSError`` before Python 3.8, which added
+#: this subclass of it).
+BadGzipFile = getattr(gzip, "BadGzipFile", OSError)
+
+
 def madvise(mapped: mmap.mmap, advice: int, start: int, length: int) -> bool:
     """``mapped.madvise(advice, start, length)``; False where Python has no ``mmap.madvise``
     (3.7), so the caller does what the advice would have done itself. OSError/ValueError from
@@ -80,6 +100,20 @@ def md5() -> Any:
         return hashlib.md5(usedforsecurity=False)
     except TypeError:
         return hashlib.md5()
+
+
+def distribution_files(name: str) -> List[Any]:
+    """The files an installed distribution ships (``importlib.metadata.files``, Python 3.8+; the
+    ``importlib_metadata`` backport on 3.7 where installed), each with ``.name`` and ``.locate()``;
+    empty when it is not installed or not known."""
+    try:
+        if sys.version_info >= (3, 8):
+            from importlib import metadata
+        else:
+            import importlib_metadata as metadata
+        return list(metadata.files(name) or ())
+    except Exception:                   # not installed (PackageNotFoundError), no backport, odd metadata
+        return []
 
 
 # ---- TensorFlow ----------------------------------------------------------------------------------
@@ -103,7 +137,10 @@ def numpy_function(func: Callable, inp: Sequence[Any], Tout: Any, stateful: bool
     import tensorflow as tf
     if "stateful" in _parameters(tf.numpy_function):
         return tf.numpy_function(func, inp, Tout, stateful=stateful, name=name)
-    return tf.compat.v1.py_func(func, inp, Tout, stateful=stateful, name=name)
+    if stateful:                        # TF 1.15's numpy_function is always stateful
+        return tf.numpy_function(func, inp, Tout, name=name)
+    from tensorflow.python.ops import script_ops   # the op behind it (tf.compat.v1.py_func logs a deprecation)
+    return script_ops.py_func_common(func, inp, Tout, stateful=False, name=name)
 
 
 def list_physical_devices(device_type: Optional[str] = None) -> List[Any]:
@@ -125,6 +162,17 @@ def dataset_from_generator(generator: Callable, output_signature: Any) -> Any:
                           output_shapes=tf.nest.map_structure(lambda s: s.shape, output_signature))
 
 
+def without_injected_prefetch(dataset: Any) -> Any:
+    """``dataset`` with tf.data's automatic read-ahead (``inject_prefetch``, TF 2.8+) turned off;
+    ``dataset`` itself where TensorFlow has no such option (TF 1.15 adds no read-ahead)."""
+    import tensorflow as tf
+    options = tf.data.Options()
+    if not hasattr(options.experimental_optimization, "inject_prefetch"):
+        return dataset
+    options.experimental_optimization.inject_prefetch = False
+    return dataset.with_options(options)
+
+
 def map_fn(fn: Callable, elems: Any, fn_output_signature: Any, **kwargs: Any) -> Any:
     """``tf.map_fn(fn, elems, fn_output_signature=...)``; TF 1.15 takes the dtype as ``dtype``
     (a ``tf.TensorSpec``'s shape is then set on the result by ``fn``'s ops)."""
@@ -134,6 +182,14 @@ def map_fn(fn: Callable, elems: Any, fn_output_signature: Any, **kwargs: Any) ->
     dtype = tf.nest.map_structure(lambda s: s.dtype if isinstance(s, tf.TensorSpec) else tf.as_dtype(s),
                                   fn_output_signature)
     return tf.map_fn(fn, elems, dtype=dtype, **kwargs)
+
+
+def where(condition: Any, x: Any, y: Any, name: Optional[str] = None) -> Any:
+    """TF 2's ``tf.where(condition, x, y)``, which broadcasts its arguments like ``np.where``
+    (TF 1.15's ``tf.where`` wants ``x`` and ``y`` of the condition's shape; its TF 2 version is
+    ``tf.compat.v2.where``, the same function on TF 2)."""
+    import tensorflow as tf
+    return tf.compat.v2.where(condition, x, y, name=name)
 
 
 def tensor_ref(tensor: Any) -> Any:

@@ -22,6 +22,8 @@ import queue
 import threading
 from typing import Any, Optional
 
+from .compat import Thread
+
 __all__ = ["StoppableThread", "POLL_INTERVAL", "stop_requested"]
 
 #: Seconds between health checks of every blocking wait in the library.
@@ -30,7 +32,7 @@ POLL_INTERVAL = 0.05
 _STOPPED = object()
 
 
-class StoppableThread(threading.Thread):
+class StoppableThread(Thread):
     """A daemon thread with a stop event and stoppable, polling queue put/get.
 
     Example::

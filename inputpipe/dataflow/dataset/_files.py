@@ -16,7 +16,6 @@ Example::
 """
 import codecs
 import collections
-import hashlib
 import importlib
 import io
 import os
@@ -30,6 +29,7 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ...utils.compat import md5
 from ...utils.logger import get_logger
 from ..dataset_io import DatasetFormatError
 from ..image_limits import check_image_file
@@ -146,7 +146,7 @@ def _fetch_url(url: str, destination: str, timeout: float) -> None:
 
 
 def _md5_of(path: str) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
+    digest = md5()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(_CHUNK_BYTES), b""):
             digest.update(block)

@@ -14,6 +14,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from ...utils.compat import BadGzipFile
 from .._helpers import IndexedSource
 from ._checks import DatasetFormatError, check_labels
 from ._files import RemoteFile, fetch, get_dataset_path
@@ -65,7 +66,7 @@ def _read_idx(path: str, magic: int, ndim: int, component: str) -> np.ndarray:
             if f.read(1):
                 raise DatasetFormatError("{}: {} holds more than its header declares: expected {} values of shape "
                                          "{}, found more after them".format(component, path, count, shape))
-    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+    except (BadGzipFile, EOFError, zlib.error) as err:
         raise DatasetFormatError("{}: {} is not a readable gzip file (expected a gzipped IDX file): {}".format(
             component, path, err)) from None
     return np.frombuffer(data, dtype=np.uint8).reshape(shape)

@@ -29,6 +29,7 @@ from typing import NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
+from ...utils.compat import distribution_files
 from ...utils.logger import get_logger
 
 __all__ = ["turbojpeg", "TurboJpeg", "JpegHeader", "TurboJpegError"]
@@ -270,14 +271,9 @@ def _candidates():
     if given:
         yield given
         return
-    try:
-        from importlib import metadata
-
-        for entry in metadata.files("turbojpeg") or ():
-            if "libturbojpeg" in entry.name:
-                yield str(entry.locate())
-    except Exception:                    # not installed (PackageNotFoundError) or odd metadata
-        pass
+    for entry in distribution_files("turbojpeg"):
+        if "libturbojpeg" in entry.name:
+            yield str(entry.locate())
     found = ctypes.util.find_library("turbojpeg")
     if found:
         yield found
