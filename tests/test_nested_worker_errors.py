@@ -10,6 +10,7 @@ that takes its time (``PAUSE`` after each datapoint) makes the leaf exit before 
 next send at every level, which made that race certain instead of rare; every other run the
 consumer takes none.
 """
+import gc
 import os
 import signal
 import time
@@ -18,6 +19,7 @@ import pytest
 
 from inputpipe.dataflow import (DataFlow, DataFromList, MultiProcessMapAndBatchData, MultiProcessMapData,
                                 MultiProcessRunnerZMQ, MultiThreadMapData, MultiThreadRunner)
+from inputpipe.utils import workers
 from inputpipe.utils.errors import WorkerError
 
 pytestmark = pytest.mark.timeout(150)
@@ -211,3 +213,26 @@ class RaisesAt3:
         if dp[0] == 3:
             raise self.error
         return dp
+
+
+def closes_its_channel_and_lives_on(dp):
+    end, = [o for o in gc.get_objects() if type(o).__name__ == "WorkerEnd"]     # this worker's channel
+    end._conn.close()
+    time.sleep(60)
+
+
+def test_a_worker_that_closes_its_channel_without_exiting_is_named_after_the_grace(monkeypatch):
+    """The report of a worker whose channel broke waits for its exit (which carries the status),
+    but not for ever: one that closed its pipe and lives on is named after ``EXIT_GRACE``."""
+    monkeypatch.setattr(workers, "EXIT_GRACE", 0.3)
+    df = pmap(source(), closes_its_channel_and_lives_on, 1)
+    df.reset_state()
+    try:
+        pid, = df.worker_pids
+        with pytest.raises(WorkerError) as caught:
+            list(df)
+    finally:
+        df.close()
+    assert caught.value.where == "MultiProcessMapData: worker 0 (pid {})".format(pid)
+    assert caught.value.reason.startswith("closed its channel to the parent but has not exited ")
+    assert caught.value.exitcode is None
