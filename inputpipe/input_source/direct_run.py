@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from ..utils.compat import session_c_api
 from ..utils.logger import get_logger
 
 __all__ = ["DirectRunner"]
@@ -38,16 +39,15 @@ logger = get_logger(__name__)
 def _session_run_call(session: Any) -> Optional[Tuple[Callable[..., Any], Callable[[Any], None], Any]]:
     """``(call, delete_buffer, new_buffer)`` from TensorFlow's session internals, or None when
     this TensorFlow or this session does not have them."""
+    c_api = session_c_api()
     try:
-        from tensorflow.python.client import pywrap_tf_session
         from tensorflow.python.client.session import BaseSession
     except ImportError:
         return None
-    if not isinstance(session, BaseSession):
+    if c_api is None or not isinstance(session, BaseSession):
         return None
     functions: List[Any] = [getattr(session, "_call_tf_sessionrun", None), getattr(session, "_extend_graph", None),
-                            getattr(pywrap_tf_session, "TF_DeleteBuffer", None),
-                            getattr(pywrap_tf_session, "TF_NewBufferFromString", None)]
+                            getattr(c_api, "TF_DeleteBuffer", None), getattr(c_api, "TF_NewBufferFromString", None)]
     if not all(callable(f) for f in functions):
         return None
     call, _, delete_buffer, new_buffer = functions

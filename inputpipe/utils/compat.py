@@ -33,7 +33,8 @@ else:                                                   # Python 3.7: the same n
 
 __all__ = ["Literal", "Protocol", "Thread", "BadGzipFile", "prod", "native_thread_id", "madvise", "md5",
            "distribution_files", "tf_major_version", "numpy_function", "list_physical_devices",
-           "dataset_from_generator", "without_injected_prefetch", "map_fn", "where", "tensor_ref"]
+           "dataset_from_generator", "without_injected_prefetch", "map_fn", "where", "tensor_ref",
+           "session_c_api"]
 
 
 # ---- Python --------------------------------------------------------------------------------------
@@ -196,6 +197,22 @@ def tensor_ref(tensor: Any) -> Any:
     """A hashable key for a graph tensor: ``tensor.ref()`` (``experimental_ref()`` in TF 1.15)."""
     ref = getattr(tensor, "ref", None) or tensor.experimental_ref
     return ref()
+
+
+def session_c_api() -> Any:
+    """TensorFlow's private module of the session C API wrappers (``TF_NewBufferFromString``,
+    ``TF_DeleteBuffer``, ...): ``pywrap_tf_session`` (TF 2.2+), ``pywrap_tensorflow`` in TF 1.15;
+    None where neither can be imported (callers then use the public API)."""
+    try:
+        from tensorflow.python.client import pywrap_tf_session
+        return pywrap_tf_session
+    except ImportError:
+        pass
+    try:
+        from tensorflow.python import pywrap_tensorflow
+        return pywrap_tensorflow
+    except ImportError:
+        return None
 
 
 def _parameters(function: Callable) -> Any:
