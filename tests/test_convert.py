@@ -136,23 +136,140 @@ def make_flow():
     return DataFromList([[np.arange(3), i] for i in range(4)], shuffle=False)
 
 
-def test_a_record_that_does_not_read_back_equal_fails_and_out_is_removed(tmp_path, capsys, monkeypatch):
+def _changing_what_is_read_back(monkeypatch, change):
+    """``convert._load`` giving OUT's records (read back under their temporary name) through ``change``."""
     real_load = convert._load
+    seen = []
 
-    def load_with_one_changed_record(kind, path, allow_pickle):
+    def load(kind, path, allow_pickle):
         df = real_load(kind, path, allow_pickle)
-        if path != str(tmp_path / "out"):
+        if path.startswith(os.path.join(HERE, "")):
             return df
-        return MapData(df, lambda dp: dp[:2] + [dp[2] + 1] + dp[3:] if dp[2] == 5 else dp)
+        seen.append(path)
+        return MapData(df, change)
 
-    monkeypatch.setattr(convert, "_load", load_with_one_changed_record)
+    monkeypatch.setattr(convert, "_load", load)
+    return seen
+
+
+def test_a_record_that_does_not_read_back_equal_fails_and_out_is_removed(tmp_path, capsys, monkeypatch):
+    _changing_what_is_read_back(monkeypatch, lambda dp: dp[:2] + [dp[2] + 1] + dp[3:] if dp[2] == 5 else dp)
     code, stdout, stderr = _run([os.path.join(HERE, "tp_msgpack.lmdb"), tmp_path / "out"], capsys)
     assert code == 1 and stdout == ""
     assert stderr.splitlines()[-1] == "{}: error: {} does not read back as {} (record 5[2]: IN has int 5, OUT has " \
-                                      "int 6); {} was removed".format(PROG, tmp_path / "out",
-                                                                      os.path.join(HERE, "tp_msgpack.lmdb"),
-                                                                      tmp_path / "out")
+                                      "int 6); nothing was written to {}".format(PROG, tmp_path / "out",
+                                                                                os.path.join(HERE, "tp_msgpack.lmdb"),
+                                                                                tmp_path / "out")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("change, found", [
+    (lambda array: array.__setitem__((2, 1), -1.0), "record 3[0]: the float32 arrays of shape (3, 4) differ first at "
+                                                    "(2, 1): IN has 27.0, OUT has -1.0"),
+    (lambda array: array.astype(np.float64), "record 3[0]: IN has a float32 array of shape (3, 4), OUT has a float64 "
+                                             "array of shape (3, 4)"),
+    (lambda array: array.reshape(4, 3), "record 3[0]: IN has a float32 array of shape (3, 4), OUT has a float32 array "
+                                        "of shape (4, 3)"),
+])
+def test_an_array_whose_values_dtype_or_shape_do_not_read_back_equal_fails(tmp_path, capsys, monkeypatch, change,
+                                                                            found):
+    def changed(dp):
+        if dp[2] != 3:
+            return dp
+        array = dp[0].copy()
+        out = change(array)                          # a new array, or None: the copy changed in place
+        return [array if out is None else out] + dp[1:]
+
+    _changing_what_is_read_back(monkeypatch, changed)
+    code, stdout, stderr = _run([os.path.join(HERE, "tp_msgpack.tfrecord"), tmp_path / "out"], capsys)
+    assert (code, stdout) == (1, "")
+    assert "does not read back as {} ({}); nothing was written".format(os.path.join(HERE, "tp_msgpack.tfrecord"),
+                                                                        found) in stderr.splitlines()[-1]
+    assert os.listdir(tmp_path) == []
+
+
+def test_out_gets_its_name_only_after_the_check_passed(tmp_path, capsys, monkeypatch):
+    real_check = convert._check
+    during = []
+
+    def check(kind, source, written, target, allow_pickle):
+        during.append((os.path.lexists(target), os.path.basename(written), os.listdir(tmp_path)))
+        return real_check(kind, source, written, target, allow_pickle)
+
+    monkeypatch.setattr(convert, "_check", check)
+    code, _, stderr = _run([os.path.join(HERE, "tp_msgpack.lmdb"), tmp_path / "out.lmdb"], capsys)
+    assert code == 0, stderr
+    name = ".out.lmdb.converting-{}".format(os.getpid())
+    assert during == [(False, name, [name])]           # a kill during the check leaves no OUT
+    assert os.listdir(tmp_path) == ["out.lmdb"]
+    assert_same_datapoints(_datapoints(LMDBSerializer.load(str(tmp_path / "out.lmdb"), shuffle=False)),
+                           make.datapoints())
+
+
+def test_a_killed_run_leaves_no_out_and_the_next_run_converts(tmp_path):
+    script = ("import os, signal, sys\nfrom inputpipe.dataflow import convert\n"
+              "def check(*args):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+              "convert._check = check\nconvert.main(sys.argv[1:])\n")
+    argv = [os.path.join(HERE, "tp_msgpack.tfrecord"), str(tmp_path / "out.tfrecord")]
+    killed = subprocess.run([sys.executable, "-c", script] + argv, capture_output=True, timeout=60)
+    assert killed.returncode == -9
+    assert not os.path.lexists(tmp_path / "out.tfrecord")
+    assert [name.startswith(".out.tfrecord.converting-") for name in os.listdir(tmp_path)] == [True]
+    done = subprocess.run([sys.executable, "-m", "inputpipe.dataflow.convert"] + argv, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert_same_datapoints(_datapoints(TFRecordSerializer.load(str(tmp_path / "out.tfrecord"))), make.datapoints())
+
+
+def test_an_out_that_is_a_dangling_symlink_is_refused_and_never_written_through(tmp_path, capsys):
+    os.symlink(tmp_path / "elsewhere" / "target.lmdb", tmp_path / "link")
+    os.mkdir(tmp_path / "elsewhere")
+    for name in ("tp_msgpack.lmdb", "tp_msgpack.tfrecord"):
+        stderr = _one_line_error(*_run([os.path.join(HERE, name), tmp_path / "link"], capsys))
+        assert "OUT {} already exists; the converter never overwrites a file".format(tmp_path / "link") in stderr
+        assert os.listdir(tmp_path / "elsewhere") == [] and os.path.islink(tmp_path / "link")
+
+
+def _without_write_permission():
+    """The command prefix that runs a process which the folder permissions bind (root ignores them
+    unless it drops CAP_DAC_OVERRIDE)."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv to drop root's CAP_DAC_OVERRIDE")
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]
+
+
+@pytest.mark.parametrize("name", ["tp_msgpack.lmdb", "tp_msgpack.tfrecord"])
+def test_a_read_only_or_missing_out_folder_is_one_line_naming_it(tmp_path, name):
+    folder = tmp_path / "read_only"
+    os.mkdir(folder)
+    os.chmod(folder, 0o555)
+    try:
+        cases = [(folder / "out", "its folder {} is not writable".format(folder)),
+                 (tmp_path / "missing" / "out", "its folder {} does not exist".format(tmp_path / "missing"))]
+        for out, text in cases:
+            proc = subprocess.run(_without_write_permission() + [sys.executable, "-m", "inputpipe.dataflow.convert",
+                                                                 os.path.join(HERE, name), str(out)],
+                                  capture_output=True, text=True, timeout=60)
+            assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+            assert proc.stderr.splitlines() == ["{}: error: OUT {}: {} {}".format(PROG, out, text, USAGE)]
+        assert os.listdir(folder) == []
+    finally:
+        os.chmod(folder, 0o755)
+
+
+def test_a_write_that_fails_inside_lmdb_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
+    import lmdb
+
+    def refuse(df, path):
+        raise lmdb.ReadonlyError("{}: Permission denied".format(path))
+
+    monkeypatch.setitem(convert._SAVERS, "lmdb", refuse)
+    code, stdout, stderr = _run([os.path.join(HERE, "tp_msgpack.lmdb"), tmp_path / "out"], capsys)
+    assert (code, stdout) == (1, "")
+    assert stderr.splitlines() == ["{}: error: {} was not converted: {}: Permission denied".format(
+        PROG, os.path.join(HERE, "tp_msgpack.lmdb"), tmp_path / ".out.converting-{}".format(os.getpid()))]
 
 
 def test_a_damaged_input_or_a_value_the_format_cannot_carry_is_not_converted(tmp_path, capsys):

@@ -9,11 +9,14 @@ by the matching inputpipe serializer (``LMDBSerializer``, ``TFRecordSerializer``
 without ``allow_pickle``. Unpickling IN needs consent, since it runs code chosen by whoever wrote
 the file: ``--allow-pickle``, or ``INPUTPIPE_ALLOW_PICKLE=1``.
 
-OUT is written to a temporary name and renamed when complete, then read back and compared with IN
-record by record (types, dtypes, shapes and bytes); on any difference, or if the check is
-interrupted, OUT is removed. An existing OUT is never overwritten. Exit codes: 0 converted and
-checked; 1 IN could not be converted (damaged, or holding values the wire format does not carry)
-or the check failed; 2 bad arguments (one line on stderr).
+OUT is written to a temporary name beside it (``.OUT.converting-<pid>``), read back and compared
+with IN record by record (types, dtypes, shapes and bytes), and only then renamed to OUT: a run
+killed at any moment leaves no OUT that was not checked (at most the temporary file). On any
+difference, or an interrupted check, the temporary file is removed. An existing OUT, a symlink
+included (even one pointing nowhere), is never overwritten nor written through. Exit codes: 0
+converted and checked; 1 IN could not be converted (damaged, or holding values the wire format
+does not carry; OUT could not be written) or the check failed; 2 bad arguments, including an OUT
+whose folder is missing or not writable (one line on stderr).
 
 Example::
 
@@ -26,7 +29,7 @@ import os
 import struct
 import sys
 from itertools import zip_longest
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type
 
 import numpy as np
 from tqdm import tqdm
@@ -153,9 +156,11 @@ def _describe(value: Any) -> str:
 def _difference(want: Any, got: Any, where: str) -> Optional[str]:
     """Where and how ``got`` (OUT's) differs from ``want`` (IN's), or None when they are the same."""
     want = _plain(want)
+    if isinstance(want, np.ndarray) and isinstance(got, np.ndarray) and want.dtype.str == got.dtype.str \
+            and want.shape == got.shape:
+        return _array_difference(want, got, where)
     if isinstance(want, np.ndarray) or isinstance(got, np.ndarray):
-        same = isinstance(want, np.ndarray) and isinstance(got, np.ndarray) and want.dtype.str == got.dtype.str \
-            and want.shape == got.shape and want.tobytes() == got.tobytes()
+        same = False
     elif type(want) is not type(got):
         same = False
     elif isinstance(want, (list, tuple)):
@@ -182,13 +187,26 @@ def _difference(want: Any, got: Any, where: str) -> Optional[str]:
     return None if same else "{}: IN has {}, OUT has {}".format(where, _describe(want), _describe(got))
 
 
+def _array_difference(want: np.ndarray, got: np.ndarray, where: str) -> Optional[str]:
+    """Where two arrays of one dtype and shape first differ (byte for byte), or None."""
+    if want.tobytes() == got.tobytes():
+        return None
+    width = want.dtype.itemsize
+    wanted, found = np.frombuffer(want.tobytes(), np.uint8), np.frombuffer(got.tobytes(), np.uint8)
+    first = int(np.flatnonzero(wanted != found)[0]) // max(width, 1) if want.size else 0
+    index = np.unravel_index(first, want.shape) if want.shape else ()
+    return "{}: the {} arrays of shape {} differ first at {}: IN has {!r}, OUT has {!r}".format(
+        where, want.dtype, want.shape, tuple(int(i) for i in index), want[index].item(), got[index].item())
+
+
 _MISSING = object()
 
 
-def _check(kind: str, source: str, target: str, allow_pickle: Optional[bool]) -> Tuple[Optional[str], int]:
-    """Read ``target`` back and compare it with ``source`` record by record: (the first
-    difference or None, the number of records)."""
-    theirs, ours = _load(kind, source, allow_pickle), _load(kind, target, False)
+def _check(kind: str, source: str, written: str, target: str,
+           allow_pickle: Optional[bool]) -> Tuple[Optional[str], int]:
+    """Read ``written`` (OUT under its temporary name) back and compare it with ``source`` record
+    by record: (the first difference or None, the number of records)."""
+    theirs, ours = _load(kind, source, allow_pickle), _load(kind, written, False)
     theirs.reset_state()
     ours.reset_state()
     count = 0
@@ -202,14 +220,32 @@ def _check(kind: str, source: str, target: str, allow_pickle: Optional[bool]) ->
     return None, count
 
 
+def _refuse_existing_out(target: str) -> None:
+    if os.path.lexists(target):            # a symlink too, even a dangling one: never written through
+        raise _UsageError("OUT {} already exists; the converter never overwrites a file (remove it or choose "
+                          "another name)".format(target))
+
+
+def _temporary_name(target: str) -> str:
+    """The hidden name beside OUT that is written and checked before it becomes OUT; a leftover of
+    a killed run with the same pid is removed first."""
+    folder, name = os.path.split(os.path.abspath(target))
+    if not os.path.isdir(folder):
+        raise _UsageError("OUT {}: its folder {} does not exist".format(target, folder))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise _UsageError("OUT {}: its folder {} is not writable".format(target, folder))
+    tmp = os.path.join(folder, ".{}.converting-{}".format(name, os.getpid()))
+    if os.path.lexists(tmp):
+        os.remove(tmp)
+    return tmp
+
+
 def _open_source(args: argparse.Namespace) -> Tuple[str, str, str, DataFlow]:
     """(IN, OUT, kind, IN's flow) once the arguments are checked; raises _UsageError."""
     source, target = os.fspath(args.input), os.fspath(args.output)
     if not os.path.exists(source):
         raise _UsageError("IN {} does not exist".format(source))
-    if os.path.lexists(target):
-        raise _UsageError("OUT {} already exists; the converter never overwrites a file (remove it or choose "
-                          "another name)".format(target))
+    _refuse_existing_out(target)
     kind = _kind(source)
     first = _first_record(kind, source)
     allow_pickle = True if args.allow_pickle else None  # None: INPUTPIPE_ALLOW_PICKLE decides (and warns once)
@@ -222,30 +258,49 @@ def _open_source(args: argparse.Namespace) -> Tuple[str, str, str, DataFlow]:
     return source, target, kind, flow
 
 
+def _write_errors() -> Tuple[Type[BaseException], ...]:
+    """The errors that mean IN could not be converted or OUT not written (LMDB's own are no
+    OSError: a read-only folder is an ``lmdb.ReadonlyError``)."""
+    errors: Tuple[Type[BaseException], ...] = (DatasetFormatError, TypeError, ValueError, OSError)
+    try:
+        import lmdb
+    except ImportError:
+        return errors
+    return errors + (lmdb.Error,)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``python -m inputpipe.dataflow.convert``; returns the exit code (0: converted
     and checked, 1: not converted, 2: bad arguments)."""
+    errors = _write_errors()
     try:
         args = _parser().parse_args(argv)
         source, target, kind, flow = _open_source(args)
-        _SAVERS[kind](_Progress(flow, "writing " + target), target)
+        tmp = _temporary_name(target)
+        _SAVERS[kind](_Progress(flow, "writing " + target), tmp)
     except _UsageError as err:
         print("{}: error: {} ({})".format(_PROG, err, _USAGE), file=sys.stderr)
         return 2
-    except (DatasetFormatError, TypeError, ValueError, OSError) as err:
+    except errors as err:
         print("{}: error: {} was not converted: {}".format(_PROG, args.input, err), file=sys.stderr)
         return 1
     try:
-        difference, count = _check(kind, source, target, True if args.allow_pickle else None)
+        difference, count = _check(kind, source, tmp, target, True if args.allow_pickle else None)
+        if not difference:
+            _refuse_existing_out(target)            # made while this ran: still never overwritten
+            os.rename(tmp, target)                 # only a checked file ever has OUT's name
     except BaseException as err:
-        os.remove(target)  # never leave an unchecked OUT
-        if not isinstance(err, (DatasetFormatError, TypeError, ValueError, OSError)):
+        os.remove(tmp)
+        if isinstance(err, _UsageError):
+            print("{}: error: {} ({})".format(_PROG, err, _USAGE), file=sys.stderr)
+            return 2
+        if not isinstance(err, errors):
             raise
         difference, count = "{}: {}".format(type(err).__name__, err), 0
     if difference:
-        if os.path.exists(target):
-            os.remove(target)
-        print("{}: error: {} does not read back as {} ({}); {} was removed".format(
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+        print("{}: error: {} does not read back as {} ({}); nothing was written to {}".format(
             _PROG, target, source, difference, target), file=sys.stderr)
         return 1
     print("{}: {} -> {}: {} records, each read back and found equal".format(_PROG, source, target, count))
