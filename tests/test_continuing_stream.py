@@ -210,7 +210,7 @@ def test_close_does_nothing_and_shutdown_stops_the_reader_and_the_workers():
     flow = MultiProcessMapData(numbers(100), 2, lambda dp: dp, strict=True)
     stream = ContinuingStream(FlowFeed(flow, "test"), "continue", capacity=4)
     stream.reset_state()
-    assert take(iter(stream), 2) in ([0, 1], [1, 0])
+    assert len(set(take(iter(stream), 2))) == 2
     stream.close()                              # what a session's source calls at its end
     readers = [t for t in threading.enumerate() if t.name == "test-reader"]
     assert len(readers) == 1 and readers[0].is_alive()
