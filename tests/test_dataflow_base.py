@@ -239,7 +239,7 @@ def test_close_is_a_no_op_on_a_dataflow_and_a_proxy_forwards_it_down_the_chain()
 # -- abstract as in tensorpack 0.11 (ABCMeta, __iter__ abstract) ----------------------------------
 #: Python's words for it: "with abstract method" before 3.12, "without an implementation for
 #: abstract method" since
-ABSTRACT_METHOD = "(?:with|without an implementation for) abstract method"
+ABSTRACT_METHOD = "(?:with|without an implementation for) abstract methods?"
 
 
 def test_dataflow_and_rngdataflow_are_abstract_like_tensorpack():

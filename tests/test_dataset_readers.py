@@ -673,7 +673,10 @@ def _blob_proto_class():
     message.field.add(name="diff", number=6, type=field.TYPE_FLOAT, label=field.LABEL_REPEATED)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("fortest.BlobProto"))
+    descriptor = pool.FindMessageTypeByName("fortest.BlobProto")
+    if hasattr(message_factory, "GetMessageClass"):
+        return message_factory.GetMessageClass(descriptor)
+    return message_factory.MessageFactory(pool).GetPrototype(descriptor)     # protobuf < 4.21 (TF 1.15's 3.20)
 
 
 def test_ilsvrc_mean_image_is_read_without_caffe(tmp_path):

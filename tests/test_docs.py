@@ -9,6 +9,9 @@ import pytest
 
 import inputpipe
 
+pytest.importorskip("sphinx", reason='building the docs needs Sphinx: pip install -e ".[docs]"')
+pytest.importorskip("myst_parser", reason='building the docs needs MyST: pip install -e ".[docs]"')
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 KEY_PAGES = ["index.html", "getting_started.html", "migrating.html", "benchmarks.html", "api/index.html",

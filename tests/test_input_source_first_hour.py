@@ -1,5 +1,7 @@
 """What a new user meets first: a clear error in eager mode, plain numbers from the statistics,
 and no queue-size scalar for sources without a queue."""
+import contextlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -9,9 +11,18 @@ from inputpipe.input_source import QueueInput, TensorInput, hooked_session
 from input_source_helpers import SPECS, Counting, build
 
 
+def _eager():
+    """Eager execution: TF 2's default; TF 1.15 builds graphs unless told otherwise (its
+    ``enable_eager_execution`` works only at program start, so here TensorFlow's own scope)."""
+    if tf.executing_eagerly():
+        return contextlib.nullcontext()
+    from tensorflow.python.eager import context
+    return context.eager_mode()
+
+
 def test_setup_in_eager_mode_says_how_to_build_in_graph_mode():
-    assert tf.executing_eagerly()
-    with pytest.raises(RuntimeError) as info:
+    with _eager(), pytest.raises(RuntimeError) as info:
+        assert tf.executing_eagerly()
         QueueInput(Counting(2)).setup(SPECS)
     message = str(info.value)
     assert "\n" not in message

@@ -15,6 +15,7 @@ from inputpipe.dataflow.base import DataFlow, DataFlowTerminated
 from inputpipe.input_source import (
     BatchQueueInput, InputSourceError, InputStats, QueueInput, StagingInput, hooked_session,
 )
+from inputpipe.input_source import staging as staging_module
 from inputpipe.utils.errors import WorkerError
 
 from input_source_helpers import BATCH_SPECS, SPECS, Counting, Raising, build, expected_x, labels_until_the_end
@@ -296,8 +297,8 @@ def test_gil_warning_without_being_input_bound():
 
 # -- StagingInput's default device -----------------------------------------------------------------
 def _stage_devices(scope, monkeypatch, gpus):
-    real = tf.config.list_physical_devices
-    monkeypatch.setattr(tf.config, "list_physical_devices",
+    real = staging_module.list_physical_devices
+    monkeypatch.setattr(staging_module, "list_physical_devices",
                         lambda kind=None: ["fake-gpu"] * gpus if kind == "GPU" else real(kind))
     source = StagingInput(QueueInput(Counting()))
     graph = tf.Graph()

@@ -1,11 +1,11 @@
 """The budget readers: affinity, cgroup v1 and v2 CPU quotas and memory limits, /proc/meminfo,
 statm and stat, each on files written here (the system's own files are not assumed)."""
 import os
-import threading
 
 import pytest
 
 from inputpipe.utils import resources
+from inputpipe.utils.compat import native_thread_id
 
 
 @pytest.fixture(autouse=True)
@@ -140,4 +140,4 @@ def test_process_memory_and_cpu_from_statm_and_stat(tmp_path):
     assert resources.process_private_memory(43, str(tmp_path)) is None
     assert resources.process_memory(os.getpid()) > 0
     assert resources.process_private_memory(os.getpid()) > 0
-    assert resources.thread_cpu_seconds(threading.get_native_id()) >= 0.0
+    assert resources.thread_cpu_seconds(native_thread_id()) >= 0.0

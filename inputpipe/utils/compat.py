@@ -16,22 +16,23 @@ Example::
     prod([2, 3, 4])                                            # 24, also on Python 3.7
     value = numpy_function(read_stat, [], tf.float32, stateful=True)   # any TensorFlow
 """
+import errno
 import gzip
 import hashlib
 import inspect
 import mmap
-import platform
+import os
 import sys
 import threading
 from functools import reduce
-from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Sequence, cast
 
 if TYPE_CHECKING or sys.version_info >= (3, 8):
     from typing import Literal, Protocol
 else:                                                   # Python 3.7: the same names, from the backport
     from typing_extensions import Literal, Protocol
 
-__all__ = ["Literal", "Protocol", "Thread", "BadGzipFile", "prod", "native_thread_id", "madvise", "md5",
+__all__ = ["Literal", "Protocol", "Thread", "BadGzipFile", "prod", "native_thread_id", "pidfd_open", "madvise", "md5",
            "distribution_files", "tf_major_version", "numpy_function", "list_physical_devices",
            "dataset_from_generator", "without_injected_prefetch", "map_fn", "where", "tensor_ref",
            "session_c_api"]
@@ -49,20 +50,48 @@ def prod(values: Iterable[int]) -> int:
     return reduce(lambda a, b: a * b, values, 1)
 
 
-_SYS_GETTID = {"x86_64": 186, "aarch64": 178, "i686": 224, "ppc64le": 207, "s390x": 236}
-
-
 def native_thread_id() -> Optional[int]:
     """The calling thread's id in the kernel (``threading.get_native_id()``, Python 3.8+); on 3.7
-    the ``gettid`` system call on Linux, None where it is not known."""
+    read from Linux's ``/proc/thread-self`` (no ctypes: a ``dlopen`` in a thread can deadlock a
+    process forked meanwhile), None where that is not there."""
     get_native_id = getattr(threading, "get_native_id", None)
     if get_native_id is not None:
         return get_native_id()
-    number = _SYS_GETTID.get(platform.machine())
-    if not sys.platform.startswith("linux") or number is None:
+    try:
+        return int(os.readlink("/proc/thread-self").rsplit("/", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _linux_syscall() -> Optional[Callable[..., int]]:
+    """libc's ``syscall`` where Python lacks a wrapper (3.7, 3.8), looked up at import: a
+    ``dlopen`` later, in a thread, could leave a process forked meanwhile deadlocked."""
+    if hasattr(os, "pidfd_open") or not sys.platform.startswith("linux"):
         return None
     import ctypes
-    return int(ctypes.CDLL(None, use_errno=True).syscall(number))
+    function = ctypes.CDLL(None, use_errno=True).syscall
+    return cast(Callable[..., int], function)
+
+
+_SYSCALL = _linux_syscall()
+_SYS_PIDFD_OPEN = 434         # the same number on every Linux architecture (5.3+)
+
+
+def pidfd_open(pid: int) -> int:
+    """A descriptor that becomes readable when process ``pid`` exits (``os.pidfd_open``, Python
+    3.9+; the Linux system call itself on 3.7 and 3.8). OSError where the kernel has none (before
+    5.3, ENOSYS) or refuses it, as from ``os.pidfd_open``."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is not None:
+        return opener(pid)
+    if _SYSCALL is None:
+        raise OSError(errno.ENOSYS, "pidfd_open is Linux's")
+    import ctypes
+    fd = _SYSCALL(_SYS_PIDFD_OPEN, ctypes.c_int(pid), ctypes.c_uint(0))
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return int(fd)
 
 
 if TYPE_CHECKING or sys.version_info >= (3, 8):

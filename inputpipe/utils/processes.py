@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import seeding
 from .allocator import tune_worker_allocator
+from .compat import pidfd_open
 from .concurrency import POLL_INTERVAL, StoppableThread
 from .errors import WorkerError, worker_error_class
 from .logger import get_logger
@@ -182,17 +183,15 @@ class WorkerProcesses:
         """A descriptor that becomes readable when ``proc`` exits: a pidfd, which watches the
         process itself, where Linux has them (5.3+); else multiprocessing's sentinel, a pipe
         that also stays open while a child the worker forked holds its end."""
-        pid_open = getattr(os, "pidfd_open", None)
-        if pid_open is not None:
-            try:
-                fd = pid_open(proc.pid)
-            except OSError as err:       # an old kernel (ENOSYS), or a sandbox that forbids it
-                logger.debug("%s: pidfd_open(%d) failed (%s); watching the sentinel pipe", self.component,
-                             proc.pid, err)
-            else:
-                self._pidfds.append(fd)
-                return fd
-        return proc.sentinel
+        assert proc.pid is not None          # started
+        try:
+            fd = pidfd_open(proc.pid)
+        except OSError as err:           # an old kernel (ENOSYS), or a sandbox that forbids it
+            logger.debug("%s: pidfd_open(%d) failed (%s); watching the sentinel pipe", self.component,
+                         proc.pid, err)
+            return proc.sentinel
+        self._pidfds.append(fd)
+        return fd
 
     @property
     def pids(self) -> List[int]:
