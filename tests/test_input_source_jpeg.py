@@ -9,6 +9,7 @@ cv2 = pytest.importorskip("cv2")
 from inputpipe.dataflow import (AugmentImageComponent, BatchData, DataFromList, JpegCropWindows,  # noqa: E402
                                 imgaug)
 from inputpipe.dataflow.imgaug.crop_plan import plan_crop  # noqa: E402
+from inputpipe.dataflow.imgaug.encoded import EncodedImage  # noqa: E402
 from inputpipe.input_source import (InputSourceError, JpegDecodeInput, QueueInput, StagingInput,  # noqa: E402
                                     hooked_session)
 from test_imgaug_encoded import imagenet_augs, jpeg, photo, seeded  # noqa: E402
@@ -137,3 +138,43 @@ def test_the_same_augmentors_give_the_same_crops_in_python_and_in_the_graph():
     images, _ = decoded_in_graph(list(graph), 4, staging=True)
     for image, reference in zip(images, expected):
         assert np.abs(image.astype(int) - reference).mean() < 1.5
+
+
+WIDE = [tf.TensorSpec([None, 40, 96, 3], tf.uint8, "image"), tf.TensorSpec([None], tf.int64, "label")]
+
+
+def test_non_square_windows_and_outputs_are_decoded_at_the_ratio_each_side_allows():
+    """Output 40x96 (h x w): a tall 300x100 window fits a ratio of 2 in its height only (300 >= 2*40
+    but 100 < 2*96), so it is decoded at full scale; a wide 100x400 window allows 2 on both sides."""
+    rows = [[jpeg(photo(375, 500, seed)), seed] for seed in range(2)]
+    cases = [((300, 100), [37, 200, 300, 100]), ((100, 400), [137, 50, 100, 400]), ((375, 200), [0, 150, 375, 200]),
+             ((200, 500), [87, 0, 200, 500])]
+    for (h, w), window in cases:
+        datapoints = planned(rows, [imgaug.CenterCrop((h, w)), imgaug.Resize((40, 96))])
+        assert [dp[1].tolist() for dp in datapoints] == [window + [40, 96, 0]] * 2      # y, x, h, w, out_h, out_w
+        images, labels = decoded_in_graph(datapoints, 2, staging=False, signature=WIDE)
+        assert labels == [0, 1]
+        for image, (data, crop, _) in zip(images, datapoints):
+            assert image.shape == (40, 96, 3)
+            if w < 2 * 96:                      # full scale: OpenCV's pixels within the resize's rounding
+                assert np.abs(image.astype(int) - in_python(data, crop)).mean() < 1.0, (h, w)
+            else:                               # a DCT ratio of 2: the fused path's pixels, sampled alike
+                y, x = window[:2]
+                fused = EncodedImage(data).crop(y, x, h, w).resized(40, 96, cv2.INTER_LINEAR)
+                assert np.abs(image.astype(int) - fused).mean() < 0.05, (h, w)
+
+
+@pytest.mark.parametrize("augmentors", [
+    lambda: [imgaug.Flip(horiz=True, prob=1.0), imgaug.RandomCrop((120, 70)), imgaug.Resize((40, 96))],
+    lambda: [imgaug.Flip(horiz=True, prob=1.0), imgaug.GoogleNetRandomCropAndResize(target_shape=64)],
+    lambda: [imgaug.Flip(horiz=True, prob=1.0), imgaug.RandomCrop((200, 300)), imgaug.Flip(horiz=True, prob=1.0),
+             imgaug.RandomCrop((90, 150)), imgaug.Resize((40, 96))],
+], ids=["flip-crop", "flip-googlenet", "flip-crop-flip-crop"])
+def test_a_crop_planned_after_a_flip_is_the_window_of_the_mirrored_image(augmentors):
+    data = jpeg(photo(375, 500, 4))
+    pixels = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    for seed in range(6):
+        plan = plan_crop(seeded(imgaug.AugmentorList(augmentors()), seed).augmentors, data)
+        expected = seeded(imgaug.AugmentorList(augmentors()), seed).augment(pixels)
+        crop = np.array(plan.window + plan.size + (int(plan.flip),), np.int32)
+        assert np.abs(in_python(data, crop).astype(int) - expected).mean() < 0.5, (seed, plan)
