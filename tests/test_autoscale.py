@@ -78,7 +78,7 @@ def test_a_stage_whose_workers_are_the_limit_grows_while_cpus_are_idle(cls):
     with df:
         iterate(df, 3.0, until=lambda d: d.num_workers >= 4)
     history = df.worker_count_history()
-    assert history[0].workers == 2 and history[0].reason == "start (auto)"
+    assert history[0].workers == 1 and history[0].reason == "start (auto)"    # the datapoints' size unknown
     assert max(counts(df)) >= 4
     assert history[1].reason.startswith("grow: the consumer waited")
     # buffer_size="auto" follows the workers: the same tasks in flight per worker
@@ -222,7 +222,7 @@ def clock(monkeypatch):
 def test_model_a_stage_grows_toward_the_consumers_rate_at_most_doubling(clock):
     stage = ModelStage(Autoscale(interval=0.5, cpu_budget=4), per_worker=50, consumer=400, clock=clock)
     stage.run_for(6.0)
-    assert [c.workers for c in stage.worker_count_history()] == [2, 4, 8]      # 8 x 50/s = the consumer's 400/s
+    assert [c.workers for c in stage.worker_count_history()] == [1, 2, 4, 8]   # 8 x 50/s = the consumer's 400/s
     stage.run_for(10.0)
     assert stage.workers == 8                     # the consumer no longer waits, no worker is idle
 
@@ -267,8 +267,11 @@ def test_never_more_worker_processes_than_the_cpu_budget():
     assert counts(df) == [1] and df.num_workers == 1 and len(df.worker_pids) == 1
 
 
-def test_auto_stages_of_one_process_share_the_cpu_budget():
+@pytest.mark.parametrize("memory_budget", [True, False], ids=["memory budget", "no memory budget"])
+def test_auto_stages_of_one_process_share_the_cpu_budget(memory_budget, monkeypatch):
     resources.set_budget(cpus=3)
+    if not memory_budget:                  # a system that does not say how much memory is available
+        monkeypatch.setattr(resources, "memory_budget", lambda: None)
     inner = MultiProcessMapData(Forever(), Autoscale(interval=0.05), sleep_20ms, buffer_size="auto")
     outer = MultiProcessMapData(inner, Autoscale(interval=0.05), sleep_20ms, buffer_size="auto")
     outer.reset_state()
@@ -281,12 +284,21 @@ def test_auto_stages_of_one_process_share_the_cpu_budget():
             seen.append(inner.num_workers + outer.num_workers)
         itr.close()
     assert max(seen) <= 3
-    assert counts(inner)[0] == 2 and counts(outer)[0] == 1       # the second to start got what was left
+    if memory_budget:                      # one each until the size of their datapoints is known
+        assert counts(inner)[0] == 1 and counts(outer)[0] == 1
+    else:                                  # min(2, budget), the second to start what the first left
+        assert counts(inner)[0] == 2 and counts(outer)[0] == 1
 
 
 def test_a_tiny_memory_budget_keeps_one_worker():
     df = MultiProcessMapData(Forever(), Autoscale(interval=0.05, cpu_budget=4, memory_budget=1), sleep_20ms,
                              buffer_size="auto")
+    df.reset_state()
+    with df:
+        iterate(df, 1.5)          # the consumer waits for its only worker: without the budget it grows
+    assert counts(df) == [1]
+    df = MultiProcessMapData(Forever(), Autoscale(interval=0.05, start=2, cpu_budget=4, memory_budget=1),
+                             sleep_20ms, buffer_size="auto")
     df.reset_state()
     with df:
         iterate(df, 2.0, until=lambda d: d.num_workers == 1)
@@ -330,7 +342,7 @@ def test_history_and_worker_stats_of_pinned_and_auto_stages():
         assert (start.workers, start.reason) == (2, "start (pinned)") and abs(start.time - time.time()) < 60
         assert [s["active"] for s in pinned.worker_stats()] == [True, True]
     auto = MultiProcessMapData(Indexed(60), Autoscale(interval=0, settle_intervals=0, cpu_budget=3,
-                                                      policy=lambda m: 3 if m.workers == 2 else 1),
+                                                      start=2, policy=lambda m: 3 if m.workers == 2 else 1),
                                identity, strict=True)
     auto.reset_state()
     with auto:
@@ -363,7 +375,7 @@ def test_input_source_statistics_and_summaries_report_the_auto_stages():
     name = "MultiThreadMapData(identity)"
     assert source.stats.worker_counts() == {name: 3}
     assert source.stats.summary()["workers/" + name] == 3
-    assert [c.workers for c in source.stats.worker_history()[name]][:2] == [2, 3]
+    assert [c.workers for c in source.stats.worker_history()[name]][:2] == [1, 3]
     values = {v.tag: v.simple_value for v in summary.value}
     assert values["input/workers/MultiThreadMapData_identity"] == 3.0
 

@@ -369,7 +369,7 @@ def test_auto_actors_added_and_retired_at_random_moments_keep_epochs_exact(ray_i
 
     counts = cycle([1, None, 2, None, None, 1, 2])
     # settle_intervals=1: a decision waits for the actor added last to be placed and answer
-    df = RayMapData(Indexed(150), Autoscale(interval=0, settle_intervals=1, policy=lambda m: next(counts)),
+    df = RayMapData(Indexed(150), Autoscale(interval=0, settle_intervals=1, start=2, policy=lambda m: next(counts)),
                     slow_identity, strict=True, ordered=True, buffer_size="auto")
     assert df.autoscaled and df.num_actors == 2
     df.reset_state()
@@ -422,7 +422,7 @@ def test_a_sharded_source_with_auto_actors_reads_every_shard_once_while_actors_c
 
     counts = cycle([None, 1, None, 2, None, 1])
     shards = [(k * 40, k * 40 + 40) for k in range(6)]
-    df = RayShardedData(shards, Autoscale(interval=0, settle_intervals=1, policy=lambda m: next(counts)),
+    df = RayShardedData(shards, Autoscale(interval=0, settle_intervals=1, start=2, policy=lambda m: next(counts)),
                         read_range, chunk_size=8, size=240)
     assert df.autoscaled and df.num_actors == 2
     df.reset_state()

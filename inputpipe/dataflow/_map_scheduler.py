@@ -109,8 +109,8 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         self._in_flight: Dict[int, int] = {}     # rank -> tasks sent to it, not yet answered
         self._in_flight_total = 0
         self._added_at: Optional[float] = None   # when the latest worker was added (it warms up)
-        self._result_bytes = 0                   # of a result sampled for the memory budget
-        self._sample_result = False
+        self._result_bytes: Optional[int] = None    # of a result sampled for the memory budget
+        self._sample_result = True                  # (the first result, then one per decision)
         self._generation = 0                     # of the current strict iteration; older replies are dropped
         self._generation_in_flight = 0           # tasks of the current generation not yet answered
         self._source: Optional[Iterator[Any]] = None
@@ -315,10 +315,13 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         """``(bytes the workers hold, bytes one more would)``; 0 for workers in this process."""
         return 0, 0
 
+    def _memory_measured(self) -> bool:
+        return self._result_bytes is not None
+
     def _scaling_memory(self, precise: bool = False) -> Tuple[int, int]:
         self._sample_result = True                 # the next result's size, for the next decision
         workers, per_worker = self._workers_memory(precise)
-        task_bytes = self._result_bytes
+        task_bytes = self._result_bytes or 0
         per_worker += (self._buffer_for(1) * task_bytes) if self._auto_buffer else 0
         return workers + self.buffer_size * task_bytes, per_worker
 

@@ -64,8 +64,8 @@ class ResizableStage:
 
     The flow provides ``_active_workers()``, ``_grow_one()``, ``_shrink_one()`` (each returns
     whether it changed anything), ``_scaling_counters()`` (cumulative busy seconds and items of
-    all its workers), and may override ``_scaling_memory()``, ``_scaling_cpu_seconds()``,
-    ``_workers_starting()`` and ``_worker_capacity()``. It adds the seconds its consumer waited
+    all its workers), and may override ``_scaling_memory()``, ``_memory_measured()``,
+    ``_scaling_cpu_seconds()``, ``_workers_starting()`` and ``_worker_capacity()``. It adds the seconds its consumer waited
     for a result to ``_waited`` and calls ``_scaling.run()`` when ``time.monotonic() >=
     _scaling.due`` (``_scaling`` is None for a pinned stage).
 
@@ -99,8 +99,9 @@ class ResizableStage:
         return self._autoscale is not None
 
     def _start_workers(self, pinned: int) -> int:
-        """The count to start with: ``pinned``, or for ``"auto"`` ``min(2, budget)`` of what the
-        other auto stages of the process left (asked just before the workers start)."""
+        """The count to start with: ``pinned``, or for ``"auto"`` one under a memory budget, else
+        ``min(2, budget)`` of what the other auto stages of the process left (asked just before
+        the workers start)."""
         if self._autoscale is None:
             return pinned
         shared = self._autoscale.cpu_budget is None
@@ -192,6 +193,11 @@ class ResizableStage:
     def _scaling_cpu_seconds(self) -> Optional[float]:
         """CPU seconds the workers used so far (None when unknown)."""
         return None
+
+    def _memory_measured(self) -> bool:
+        """Whether :meth:`_scaling_memory` has measured a result (before that, what one more
+        worker would take is unknown and the controller does not grow the stage)."""
+        return True
 
     def _workers_starting(self) -> bool:
         """Whether a worker added last has not delivered yet (the controller waits for it)."""

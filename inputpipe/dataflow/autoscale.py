@@ -1,9 +1,11 @@
 """Worker counts chosen while the pipeline runs: ``num_proc="auto"``, ``num_thread="auto"``,
 ``num_actors="auto"`` and ``buffer_size="auto"``.
 
-A stage given ``"auto"`` (or an :class:`Autoscale` with settings) starts with a few workers and
-a :class:`Controller` that runs in the consumer's thread, on the iteration path: a time check per
-datapoint, and a decision once per interval (half a second by default). Over the last interval
+A stage given ``"auto"`` (or an :class:`Autoscale` with settings) starts with one worker (the
+size of its datapoints is not known yet, so the memory budget holds from the start; it grows
+once a result was measured) and a :class:`Controller` that runs in the consumer's thread, on
+the iteration path: a time check per datapoint, and a decision once per interval (half a second
+by default). Over the last interval
 it measures the share of time the consumer waited for a result, the share of time the workers
 were busy, and the rate of results. It grows the stage when the consumer waits and the workers
 are busy (toward the worker count that would feed the consumer's own rate, at most doubling per
@@ -61,7 +63,8 @@ TASKS_PER_INTERVAL = 3
 HISTORY_LIMIT = 1000
 #: Threads of an auto thread stage per CPU of the budget, at most (threads waiting for I/O).
 THREADS_PER_CPU = 8
-#: An auto stage starts with this many workers (fewer when the budget is smaller).
+#: An auto stage without a memory budget starts with this many workers (fewer when the CPU
+#: budget is smaller); under a memory budget it starts with one.
 START_WORKERS = 2
 #: Seconds between readings of the system's CPU budget (the memory budget is read once).
 BUDGET_REFRESH = 10.0
@@ -104,7 +107,8 @@ class Autoscale:
     Args:
         interval: seconds between decisions (longer when a task takes longer: at least
             three tasks of a worker); 0 decides at every datapoint (for tests).
-        start: workers at start (default ``min(2, budget)``).
+        start: workers at start (default one under a memory budget, since the size of the
+            datapoints is not known yet; else ``min(2, budget)``).
         min_workers, max_workers: the range of the count (default 1 and the budget's).
         cpu_budget, memory_budget: a budget of this stage's own, in CPUs and bytes, instead of
             its share of the process' one (:func:`inputpipe.utils.resources.set_budget`, shared
@@ -180,10 +184,14 @@ class Autoscale:
         return min(64, THREADS_PER_CPU * cpus) if kind == "threads" else (64 if kind == "actors" else cpus)
 
     def start_count(self, kind: str, claimed_cpus: float = 0.0) -> int:
-        """Workers at start: ``start``, else ``min(2, budget)`` (for processes, the budget left by
-        the ``claimed_cpus`` of the other stages), within the range."""
+        """Workers at start: ``start``; else one when a memory budget applies (nothing is known
+        of the datapoints' size yet: the stage grows once it has measured them), and
+        ``min(2, budget)`` otherwise (for processes, the budget left by the ``claimed_cpus`` of
+        the other stages); within the range."""
         if self.start is not None:
             count = self.start
+        elif self.memory() is not None:
+            count = 1
         else:
             free = self.cpus() - (claimed_cpus if kind == "processes" else 0.0)
             count = min(START_WORKERS, int(math.floor(free + 1e-9)))
@@ -430,6 +438,9 @@ class Controller:
             target = max(allowed, settings.min_workers, min(n, target))
             reason = "{} (CPU budget {})".format(reason, cpus)
         budget = settings.memory()
+        if budget is not None and target > n and not self.stage._memory_measured():
+            # what one more worker takes is not known before a result was measured
+            return n, "{} (memory budget {} MB: waiting for a result to measure)".format(reason, budget >> 20)
         if budget is not None:
             mine, per_worker = m.memory_bytes, self._per_worker_memory
             if mine + other_memory + max(0, target - n) * per_worker > budget:

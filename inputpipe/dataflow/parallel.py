@@ -260,6 +260,9 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ResizableStage, ProxyDataFlow):
     def _scaling_cpu_seconds(self) -> Optional[float]:
         return self._cpu.total(self._pool.pids)
 
+    def _memory_measured(self) -> bool:
+        return bool(self._received)            # the workers' memory holds a datapoint made
+
     def _scaling_memory(self, precise: bool = False) -> Tuple[int, int]:
         read = process_private_memory if precise else process_memory
         sizes = [read(pid) or 0 for pid in self._pool.pids]

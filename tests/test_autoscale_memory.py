@@ -1,0 +1,161 @@
+"""The memory budget of "auto" stages holds from the start: a stage starts with one worker while
+the size of its datapoints is unknown, and grows only once it has measured a result.
+
+Memory is measured from outside the controller, honestly: the anonymous memory of this process
+and of every process below it (``Pss_Anon``: a page a forked worker still shares with its parent
+counts once, split between them), less this process' own before the stage started, plus the
+pages of the shared-memory segments the processes hold open (``/dev/shm`` files without a name).
+"""
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from inputpipe.dataflow import Autoscale, DataFlow, MultiProcessMapData
+from inputpipe.utils import resources
+
+pytestmark = pytest.mark.timeout(60)
+
+MB = 1 << 20
+
+
+class Forever(DataFlow):
+    def __iter__(self):
+        i = 0
+        while True:
+            yield [i]
+            i += 1
+
+
+def fifty_megabytes(dp):
+    return [np.full(50_000_000, dp[0] % 251, np.uint8)]
+
+
+def _rollup(pid, field):
+    try:
+        with open("/proc/{}/smaps_rollup".format(pid)) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:                 # the process ended meanwhile
+        pass
+    return 0
+
+
+def _tree(pid):
+    found, todo = [pid], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            with open("/proc/{0}/task/{0}/children".format(parent)) as f:
+                children = [int(c) for c in f.read().split()]
+        except OSError:
+            children = []
+        found += children
+        todo += children
+    return found
+
+
+def _segment_bytes(pids):
+    """Bytes of memory in the nameless shared-memory files the processes hold, each file once."""
+    files = {}
+    for pid in pids:
+        try:
+            fds = os.listdir("/proc/{}/fd".format(pid))
+        except OSError:
+            continue
+        for fd in fds:
+            path = "/proc/{}/fd/{}".format(pid, fd)
+            try:
+                target = os.readlink(path)
+                if target.endswith("(deleted)") and target.startswith(("/dev/shm", "/memfd:")):
+                    st = os.stat(path)
+                    files[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+            except OSError:
+                continue
+    return sum(files.values())
+
+
+class MemoryWatch:
+    """Samples the memory the stage takes (see the module doc) every few milliseconds; ``peak``."""
+
+    def __init__(self):
+        self._base = _rollup(os.getpid(), "Pss_Anon")
+        self.peak = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memory-watch")
+
+    def _run(self):
+        while not self._stop.wait(0.005):
+            pids = _tree(os.getpid())
+            used = sum(_rollup(pid, "Pss_Anon") for pid in pids) - self._base + _segment_bytes(pids)
+            self.peak = max(self.peak, used)
+            self.samples += 1
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
+
+
+@pytest.fixture(autouse=True)
+def no_budget_override():
+    resources.set_budget()
+    yield
+    resources.set_budget()
+
+
+def test_fifty_megabyte_datapoints_stay_within_a_300_mb_budget_from_the_start():
+    """2 CPUs and a consumer that waits would make the stage grow; the budget, measured from the
+    first result on, keeps it at one worker, and the memory is within the budget at every sample."""
+    resources.set_budget(cpus=2, memory_bytes=300 * MB)
+    with MemoryWatch() as watch:
+        df = MultiProcessMapData(Forever(), "auto", fifty_megabytes, buffer_size="auto")
+        df.reset_state()
+        with df:
+            itr = iter(df)
+            taken = 0
+            while taken < 6 or df._controller.decisions < 4:     # decisions after it measured a result
+                dp = next(itr)
+                assert dp[0].nbytes == 50_000_000
+                taken += 1
+            itr.close()
+            claimed = df._controller.claimed_memory
+            history = [(c.workers, c.reason) for c in df.worker_count_history()]
+    assert watch.samples > 20
+    assert 50 * MB < watch.peak <= 300 * MB, (watch.peak / MB, history)
+    assert history == [(1, "start (auto)")]
+    assert claimed <= 300 * MB                  # its own accounting agrees
+
+
+def first_one_slowly(dp):
+    if dp[0] == 0:
+        time.sleep(0.3)
+    return dp
+
+
+def test_an_auto_stage_grows_only_once_it_has_measured_a_result():
+    """A policy asking for two workers at every datapoint gets them only after the first result
+    was measured (the growth before that would be blind to the memory it takes)."""
+    resources.set_budget(memory_bytes=1 << 30)
+    df = MultiProcessMapData(Forever(), Autoscale(interval=0, settle_intervals=0, cpu_budget=2, policy=lambda m: 2),
+                             first_one_slowly, strict=False, ordered=True)
+    df.reset_state()
+    with df:
+        itr = iter(df)
+        assert next(itr) == [0]
+        first_result = time.time()
+        assert df.num_workers == 1 and df._controller.decisions >= 1     # it asked while waiting for it
+        deadline = time.monotonic() + 10
+        while df.num_workers == 1 and time.monotonic() < deadline:
+            next(itr)
+        itr.close()
+        history = df.worker_count_history()
+    assert [c.workers for c in history] == [1, 2]
+    assert history[1].time >= first_result and history[1].reason.startswith("policy")
