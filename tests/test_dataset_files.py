@@ -461,6 +461,25 @@ def test_lmdb_files_written_before_0_3_still_load(tmp_path):
         assert len(df) == 3 and sorted(dp[0] for dp in df) == [0, 1, 2]
 
 
+def test_lmdb_data_yields_the_records_of_a_file_with_a_header_and_never_the_header(tmp_path):
+    from inputpipe.dataflow import LMDBData
+
+    meta = wire.dumps({"inputpipe_dataset": "lmdb", "version": 1, "count": 3})
+    records = {b"%010d" % i: wire.dumps([i]) for i in range(3)}
+    _write_lmdb(tmp_path / "old", {**records, b"__inputpipe__": meta})
+    _write_lmdb(tmp_path / "tp", {**{b"%08d" % i: wire.dumps([i]) for i in range(3)},
+                                  b"__keys__": wire.dumps([b"%08d" % i for i in range(3)])})
+    for shuffle in (False, True):
+        df = LMDBData(str(tmp_path / "old"), shuffle=shuffle)
+        df.reset_state()
+        got = sorted((bytes(key), bytes(value)) for key, value in df)
+        assert len(df) == 3 and got == sorted(records.items())
+        df = LMDBData(str(tmp_path / "tp"), shuffle=shuffle)
+        df.reset_state()
+        assert len(df) == 3 and sorted(bytes(key) for key, _ in df) == [b"00000000", b"00000001", b"00000002"]
+    assert LMDBData(str(tmp_path / "old"), shuffle=False).keys == sorted(records)
+
+
 @pytest.mark.parametrize("keys, match", [
     (wire.dumps({"a": 1}), r"the '__keys__' record must list the keys b'00000000', b'00000001', \.\.\. in order; got a dict"),
     (wire.dumps([b"00000000", b"00000005"]), r"got b'00000005' at position 1 of 2"),
