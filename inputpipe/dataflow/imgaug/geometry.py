@@ -92,9 +92,7 @@ class Rotation(ImageAugmentor):
 
 class RotationAndCropValid(ImageAugmentor):
     """Rotate about the centre (angle as in :class:`Rotation`), then crop the largest upright
-    rectangle that holds no border; the output size therefore changes with the angle. The crop
-    keeps at least the central pixel (an image one pixel high has no border-free rectangle once
-    turned; tensorpack gave it an empty crop).
+    rectangle that holds no border; the output size therefore changes with the angle.
 
     Example::
 
@@ -128,7 +126,7 @@ class RotationAndCropValid(ImageAugmentor):
         rotate = WarpAffineTransform(cv2.getRotationMatrix2D((center[0] - 0.5, center[1] - 0.5), deg, 1), (w, h),
                                      interp=self.interp)
         new_w, new_h = RotationAndCropValid.largest_rotated_rect(w, h, deg)
-        new_w, new_h = max(1, min(new_w, w)), max(1, min(new_h, h))
+        new_w, new_h = min(new_w, w), min(new_h, h)
         crop = CropTransform(int(center[1] - new_h * 0.5), int(center[0] - new_w * 0.5), new_h, new_w)
         return TransformList([rotate, crop])
 
