@@ -58,7 +58,7 @@ html_title = "inputpipe {}".format(release)
 # The tutorial pages are written by several people; index.md lists every top-level page that
 # exists, in this order first and any other page after it, so a new page is never left out of
 # the navigation (and a page still being written does not break the build).
-TUTORIAL_ORDER = ["dataflow", "image_augmentation", "datasets", "parallel", "dataset_files", "input_source", "doctor",
+TUTORIAL_ORDER = ["dataflow", "image_augmentation", "datasets", "parallel", "dataset_files", "input_source", "estimator", "doctor",
                   "wire_format", "guarantees", "benchmarks", "design"]
 PAGES_LISTED_ELSEWHERE = {"index", "getting_started", "migrating"}
 TUTORIALS_MARKER = "TUTORIAL_PAGES"

@@ -55,7 +55,7 @@ class Ids(DataFlow):
         self._next = 0
 
     def __len__(self):
-        return -(-self.n // self.batch)
+        return (self.n + self.batch - 1) // self.batch
 
     def __iter__(self):
         while self._next < self.n:

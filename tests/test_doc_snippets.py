@@ -17,7 +17,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PRELUDE = Path(__file__).resolve().parent / "doc_snippets" / "prelude.py"
 # Pages whose code has a dedicated test with more assertions than "it runs".
-COVERED_ELSEWHERE = {"docs/dataflow.md": "tests/test_dataflow_docs.py"}
+COVERED_ELSEWHERE = {"docs/dataflow.md": "tests/test_dataflow_docs.py",
+                     "docs/estimator.md": "tests/test_estimator_tf.py"}     # needs tf.estimator (TF <= 2.15)
 BLOCK = re.compile(r"(?P<before>[^\n]*)\n```python\n(?P<code>.*?)```", re.S)
 SKIP_MARK = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->")
 

@@ -202,3 +202,16 @@ def test_close_stops_the_reader_thread_and_workers_and_input_fn_after_close_is_a
     assert not any(t.name == "EstimatorInput-reader" for t in threading.enumerate())
     with pytest.raises(InputSourceError, match="after close"):
         train.input_fn()
+
+
+@pytest.mark.skipif(hasattr(tf, "estimator") and hasattr(tf.estimator, "Estimator"),
+                    reason="this TensorFlow has tf.estimator: test_estimator_tf.py runs the example")
+def test_the_estimator_example_says_which_stack_it_needs():
+    import os
+    import subprocess
+    import sys
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                           "train_estimator.py")
+    proc = subprocess.run([sys.executable, example], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "tf.estimator is not part of TensorFlow" in proc.stderr and "tensorflow-estimator==2.15" in proc.stderr

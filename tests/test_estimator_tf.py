@@ -165,3 +165,30 @@ def test_ten_cycles_a_sigkill_and_a_restart_see_every_datapoint_exactly_once(tmp
     assert len(evaluations) == 10
     assert all(ids == list(range(1000, 1047)) for ids in evaluations.values())
     assert {pid for mode, step, ids, pid in rows} == {killed_pid, rows[-1][3]}
+
+
+def test_the_estimator_page_snippets_run(tmp_path):
+    """docs/estimator.md runs as written (test_doc_snippets.py leaves it here: it needs tf.estimator)."""
+    from test_doc_snippets import PRELUDE, REPO, _blocks
+
+    page = REPO / "docs" / "estimator.md"
+    code = [PRELUDE.read_text(encoding="utf-8")]
+    code += [block for block, reason in _blocks(page) if reason is None]
+    assert len(code) >= 3
+    script = tmp_path / "snippets.py"
+    script.write_text("\n".join(code), encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_the_example_runs_its_cycles_and_prints_the_summary(tmp_path):
+    example = os.path.join(os.path.dirname(HERE), "examples", "train_estimator.py")
+    proc = subprocess.run([sys.executable, example, "--clips", "200", "--eval-clips", "50", "--batch", "32",
+                           "--cycles", "2", "--steps", "5", "--step-ms", "20", "--data-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "the model's own step (constant input)" in proc.stdout
+    assert "cycle 2/2: accuracy" in proc.stdout and "examples/s (training)" in proc.stdout
+    assert len(os.listdir(tmp_path / "train")) == 200

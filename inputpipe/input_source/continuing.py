@@ -29,6 +29,7 @@ Example::
     stream.session_ended(consumed=40, state=position.state_at(39))
     stream.shutdown()                    # stops the reader and closes the DataFlow
 """
+import functools
 import json
 import threading
 from collections import deque
@@ -489,7 +490,7 @@ class ContinuingStream:
         handed = 0
         while True:
             with self._cond:
-                self._wait(generation, lambda: self._has_next(handed))
+                self._wait(generation, functools.partial(self._has_next, handed))
                 position = self._generation_start + handed - self._pending_base
                 if position < len(self._pending):
                     entry = self._pending[position]
@@ -544,10 +545,11 @@ class ContinuingStream:
                     resumed, count = True, 0
                 if passes is None:
                     passes, in_pass = self.feed.passes(), 0
+            assert passes is not None           # made above at the first pass
             try:
                 item = next(passes)
             except StopIteration:
-                raise DataFlowTerminated("{}: the data ended for good".format(self.name))
+                raise DataFlowTerminated("{}: the data ended for good".format(self.name)) from None
             if item is PASS_END:
                 empty = 0 if in_pass or resumed else empty + 1
                 resumed, in_pass = False, 0

@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
+from ..dataflow.base import NotResumableError
 from ..utils.arguments import ArgumentKindError, is_dataflow
 from ..utils.logger import get_logger
 from .base import InputSource
@@ -195,9 +196,8 @@ class EstimatorInput:
     def __enter__(self) -> "EstimatorInput":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         self.close()
-        return False
 
     # -- building ------------------------------------------------------------------------------
     def _build(self, role: str) -> _Built:
@@ -260,6 +260,9 @@ class EstimatorInput:
                 unit = plan.batch_size or 1
                 self._stream = ContinuingStream(plan.feed, "continue" if role == _TRAIN else "passes",
                                                 capacity=self.read_ahead * unit, unit=unit, track=role == _TRAIN)
+                if role == _TRAIN and not self._stream.track:
+                    logger.warning("%s: %s; the training data continues across calls in this process, but after a "
+                                   "restart it starts over", self.name, _not_resumable_text(plan.feed))
                 if isinstance(plan.feed, ZMQStreamFeed):
                     plan.feed.specs = self._specs
                 self._finalizer.detach()
@@ -271,6 +274,14 @@ class EstimatorInput:
 
 _ROLE_TEXT = {_TRAIN: ("training", "continues from call to call"),
               _EVAL: ("evaluation or prediction", "is read once per call")}
+
+
+def _not_resumable_text(feed: StreamFeed) -> str:
+    try:
+        feed.check_resumable()
+    except NotResumableError as err:
+        return str(err)
+    return "its position is not tracked"
 
 
 def _shut_down(streams: List[Optional[ContinuingStream]]) -> None:

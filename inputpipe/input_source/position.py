@@ -156,8 +156,8 @@ class InputPosition:
         """At setup: say why the position is not tracked. A warning when tracking was asked for
         (``track_state=True``); otherwise an info line, and a warning when the first checkpoint
         without a position is saved (a run that never checkpoints is not bothered)."""
-        if self.enabled or self.requested is False:
-            return
+        if self.enabled or self.requested is False or self.continuing:
+            return                          # (a continuing owner says it once itself)
         log = logger.warning if self.requested else logger.info
         log("%s: the input position will not be saved in checkpoints, so a restored session starts the "
             "data over: %s", self.owner, self.reason)
@@ -315,7 +315,7 @@ class InputPosition:
         if restored:                            # restored, the source has not started yet
             return bytes(restored)
         if not self.enabled:
-            if not self._save_warned and self.requested is not False:
+            if not self._save_warned and self.requested is not False and not self.continuing:
                 self._save_warned = True           # logged by the next warn_saved() (TF's thread must not log:
                 self._save_warning_due = True      # logging would register it with `threading` for good)
             return encode_position(self.owner, None, self.flow)
