@@ -215,3 +215,44 @@ def test_thorough_decoding_refuses_corrupt_data_before_it_reaches_tensorflows_de
     with pytest.raises(ValueError, match=r"^JpegCropWindows: decoding must be one of \('strict', 'thorough', "
                                          r"'lenient'\), got 'fast'$"):
         _plans([GOOD], "fast")
+
+
+@pytest.mark.parametrize("encoded", [True, False])
+def test_a_dataset_reader_names_the_damaged_file(tmp_path, encoded):
+    from inputpipe.dataflow import dataset
+    from test_dataset_readers import make_ilsvrc
+
+    root = make_ilsvrc(str(tmp_path / "ilsvrc"))
+    path = os.path.join(root, "original", "val", "ILSVRC2012_val_00000002.JPEG")
+    with open(path, "wb") as f:
+        f.write(GOOD[:len(GOOD) // 2])
+    ds = dataset.ILSVRC12(os.path.join(root, "original"), "val", meta_dir=os.path.join(root, "meta"), shuffle=False,
+                          encoded=encoded)
+    ds.reset_state()
+    with pytest.raises(DamagedImageError, match=r"^ILSVRC12: the JPEG file {} is damaged: it has no end-of-image "
+                                                r"marker \(EOI\)".format(path)) as info:
+        list(ds)
+    assert isinstance(info.value, OSError) and isinstance(info.value, ValueError)
+    image_damage.set_decoding("lenient")
+    ds.reset_state()
+    assert len(list(ds)) == len(ds)
+
+
+def test_image_from_file_names_the_damaged_file_and_reads_it_leniently_when_asked(tmp_path):
+    from inputpipe.dataflow import ImageFromFile
+
+    good, cut, empty = (str(tmp_path / name) for name in ("good.jpg", "cut.jpg", "empty.png"))
+    for path, data in ((good, GOOD), (cut, GOOD[:SCAN + 500]), (empty, b"")):
+        with open(path, "wb") as f:
+            f.write(data)
+    for path, problem in ((cut, r"the JPEG file {} is damaged: it has no end-of-image marker".format(cut)),
+                          (empty, r"got 0 bytes; expected the bytes of an image file \(JPEG, PNG, \.\.\.\) \({} is "
+                                  r"empty\)".format(empty))):
+        flow = ImageFromFile([good, path])
+        flow.reset_state()
+        with pytest.raises(DamagedImageError, match="^ImageFromFile: " + problem):
+            list(flow)
+    image_damage.set_decoding("lenient")
+    flow = ImageFromFile([good, cut])
+    flow.reset_state()
+    assert [dp[0].shape for dp in flow] == [(375, 500, 3)] * 2

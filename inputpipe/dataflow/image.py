@@ -27,6 +27,7 @@ from ._state import SEED, StatePlan, check_input_state
 from .base import DataFlow, RNGDataFlow, check_state, require_rng
 from .seeding import datapoint_context, datapoint_seed, derive_seed, new_rng
 from .common import MapData, MapDataComponent
+from .image_damage import check_image_file_damage
 from .image_limits import check_image_file
 from .tensorpack_helpers import shape2d  # noqa: F401  (tensorpack's dataflow.image has it, outside __all__)
 
@@ -456,6 +457,7 @@ class ImageFromFile(RNGDataFlow):
         mode = cv2.IMREAD_GRAYSCALE if self.channel == 1 else cv2.IMREAD_COLOR
         for fname in files:
             check_image_file("ImageFromFile", fname)
+            check_image_file_damage("ImageFromFile", fname)
             image = cv2.imread(fname, mode)
             if image is None:
                 raise OSError("ImageFromFile: cannot read the image file {!r} (it is missing, unreadable "

@@ -51,9 +51,11 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 Encoded = Union[bytes, bytearray, memoryview, np.ndarray]
 
 
-class DamagedImageError(ValueError):
+class DamagedImageError(ValueError, OSError):
     """The bytes of an image file are damaged (cut short, corrupt) or empty; the message names the
-    component, the file when known, and what was expected and found."""
+    component, the file when known, and what was expected and found. A ValueError, as the
+    augmentors' other refusals, and an OSError, as an image file that cannot be read (PIL's
+    "image file is truncated" too)."""
 
 
 def _mode_from_environment() -> str:
@@ -213,16 +215,17 @@ def check_unless_lenient(component: str, data: Encoded, source: Optional[str] = 
         check_image_structure(component, data, source)
 
 
-def decoder_error(component: str, data: Encoded, err: Exception) -> DamagedImageError:
-    """The :class:`DamagedImageError` for libjpeg-turbo's failure ``err`` on the JPEG ``data``."""
+def decoder_error(component: str, data: Encoded, err: Exception, source: Optional[str] = None) -> DamagedImageError:
+    """The :class:`DamagedImageError` for libjpeg-turbo's failure ``err`` on the JPEG ``data``
+    (from the file ``source`` when known)."""
     reason = str(err).replace("libjpeg-turbo could not decode the JPEG: ", "libjpeg-turbo: ")
-    return DamagedImageError("{} is damaged: {}".format(describe_bytes(component, data, kind="JPEG"), reason))
+    return DamagedImageError("{} is damaged: {}".format(describe_bytes(component, data, source, "JPEG"), reason))
 
 
-def read_all_jpeg_data(component: str, data: Encoded, header: Any = None) -> bool:
+def read_all_jpeg_data(component: str, data: Encoded, header: Any = None, source: Optional[str] = None) -> bool:
     """Read all of the JPEG ``data``'s entropy-coded data with libjpeg-turbo (``header``: its
-    header when already read), a warning of the decoder being a :class:`DamagedImageError`; False
-    when libjpeg-turbo is not there (nothing was read)."""
+    header when already read; ``source``: the file, when known), a warning of the decoder being a
+    :class:`DamagedImageError`; False when libjpeg-turbo is not there (nothing was read)."""
     from .image_limits import MAX_IMAGE_PIXELS
     from .imgaug import _turbojpeg
 
@@ -232,5 +235,22 @@ def read_all_jpeg_data(component: str, data: Encoded, header: Any = None) -> boo
     try:
         tj.check(data, header=header, max_pixels=MAX_IMAGE_PIXELS or 0)
     except _turbojpeg.TurboJpegError as err:
-        raise decoder_error(component, data, err) from None
+        raise decoder_error(component, data, err, source) from None
     return True
+
+
+def check_image_file_damage(component: str, path: str, data: Optional[np.ndarray] = None) -> None:
+    """Refuse the damaged image file ``path`` (its bytes ``data`` when already read) by the
+    decoding mode, naming ``component`` and the file: its structure unless decoding is lenient,
+    and, when it is thorough, all of a JPEG's data. A file that cannot be opened is left to the
+    decoder to report."""
+    if data is None:
+        try:
+            if _mode[0] == "lenient" and os.path.getsize(path) > 0:
+                return                     # only emptiness is refused: no need to read the file
+            data = np.fromfile(path, np.uint8)
+        except OSError:
+            return
+    check_unless_lenient(component, data, path)
+    if _mode[0] == "thorough" and data[:2].tobytes() == _JPEG_START:
+        read_all_jpeg_data(component, data, source=path)

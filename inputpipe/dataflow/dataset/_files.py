@@ -32,6 +32,7 @@ import numpy as np
 from ...utils.compat import md5
 from ...utils.logger import get_logger
 from ..dataset_io import DatasetFormatError
+from ..image_damage import check_image_file_damage
 from ..image_limits import check_image_file
 
 __all__ = ["DatasetDownloadError", "RemoteFile", "get_dataset_path", "fetch", "extract_tar",
@@ -76,9 +77,12 @@ class RemoteFile(NamedTuple):
 def read_color_image(component: str, path: str) -> np.ndarray:
     """The image file at ``path`` as OpenCV reads it in colour (HxWx3 uint8, BGR).
 
-    A missing file is a FileNotFoundError, a file OpenCV cannot decode an OSError, and a file whose
+    A missing file is a FileNotFoundError, a file OpenCV cannot decode an OSError, a file whose
     header declares more pixels than :data:`inputpipe.dataflow.image_limits.MAX_IMAGE_PIXELS` an
-    ``ImageTooLargeError`` (checked before decoding); each names ``component`` and the file.
+    ``ImageTooLargeError`` (checked before decoding), and a damaged file (a JPEG or PNG cut short
+    or with a damaged structure; with the ``"thorough"`` decoding mode also corrupt JPEG data) a
+    :class:`~inputpipe.dataflow.image_damage.DamagedImageError` (an OSError), unless decoding is lenient
+    (:mod:`~inputpipe.dataflow.image_damage`); each names ``component`` and the file.
 
     Example::
 
@@ -88,6 +92,7 @@ def read_color_image(component: str, path: str) -> np.ndarray:
 
     cv2 = import_cv2(component)
     check_image_file(component, path)
+    check_image_file_damage(component, path)
     image = cv2.imread(path, cv2.IMREAD_COLOR)
     if image is None:
         raise unreadable_image_error(component, path)
@@ -97,9 +102,11 @@ def read_color_image(component: str, path: str) -> np.ndarray:
 def read_encoded_image(component: str, path: str) -> np.ndarray:
     """The bytes of the image file at ``path`` as a 1-d uint8 array, for augmentors to decode as
     far as they need (:mod:`inputpipe.dataflow.imgaug.encoded`); a missing file is a
-    FileNotFoundError and a file whose header declares more pixels than
-    :data:`inputpipe.dataflow.image_limits.MAX_IMAGE_PIXELS` an ``ImageTooLargeError``, each
-    naming ``component`` and the file.
+    FileNotFoundError, a file whose header declares more pixels than
+    :data:`inputpipe.dataflow.image_limits.MAX_IMAGE_PIXELS` an ``ImageTooLargeError``, and a
+    damaged file a :class:`~inputpipe.dataflow.image_damage.DamagedImageError` (as
+    :func:`read_color_image`: its structure is checked here, and the decoder's warnings are
+    errors when the augmentors decode it), each naming ``component`` and the file.
 
     Example::
 
@@ -108,7 +115,9 @@ def read_encoded_image(component: str, path: str) -> np.ndarray:
     if not os.path.isfile(path):
         raise FileNotFoundError("{}: the image file {} is missing".format(component, path))
     check_image_file(component, path)
-    return np.fromfile(path, np.uint8)
+    data = np.fromfile(path, np.uint8)
+    check_image_file_damage(component, path, data)
+    return data
 
 
 def unreadable_image_error(component: str, path: str) -> OSError:
