@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
 import tensorflow as tf
 
 from ..utils.arguments import ArgumentKindError, is_dataflow
-from ..utils.compat import dataset_from_generator
+from ..utils.compat import dataset_from_generator, shape_text, where
 from .base import FeedfreeInput, Tower, timed_input
 from .errors import InputSourceError
 from ._iteration import close_dataflow
@@ -56,7 +56,7 @@ def _shape_fits(tensor: tf.Tensor, spec: tf.TensorSpec) -> Tuple[tf.Tensor, tf.T
 def _mismatch_message(spec: tf.TensorSpec, index: int, owner: str) -> str:
     # no quotes around the name: TF's Assert prints strings with their quotes escaped
     return "{}: component {} (#{}): expected shape {} (dtype {}), got a value of shape".format(
-        owner, spec.name, index, spec.shape, spec.dtype.name)
+        owner, spec.name, index, shape_text(spec.shape), spec.dtype.name)
 
 
 def _checked(tensor: tf.Tensor, spec: tf.TensorSpec, index: int, owner: str) -> tf.Tensor:
@@ -80,7 +80,7 @@ def _flag_mismatch(parts: List[tf.Tensor], specs: List[tf.TensorSpec], unchecked
     for i in reversed(list(unchecked)):          # the message names the first bad component
         fits, actual = _shape_fits(parts[i], specs[i])
         text = tf.strings.join([_mismatch_message(specs[i], i, owner), tf.strings.format("{}", actual)], " ")
-        problem = tf.where(fits, problem, text)
+        problem = where(fits, problem, text)
         ok = tf.logical_and(ok, fits)
     kept = []
     for part, spec in zip(parts, specs):
@@ -169,8 +169,8 @@ class TFDatasetInput(FeedfreeInput):
                     self.name, spec.name, type(got).__name__))
             if got.dtype != spec.dtype or not got.shape.is_compatible_with(spec.shape):
                 raise InputSourceError("{}: component {!r}: expected dtype {} and shape {}, the dataset gives dtype "
-                                       "{} and shape {}".format(self.name, spec.name, spec.dtype.name, spec.shape,
-                                                                got.dtype.name, got.shape))
+                                       "{} and shape {}".format(self.name, spec.name, spec.dtype.name, shape_text(spec.shape),
+                                                                got.dtype.name, shape_text(got.shape)))
             if _needs_shape_check(got.shape, spec.shape):
                 self._unchecked.append(index)
         return names if isinstance(element, dict) else None

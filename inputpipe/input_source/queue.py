@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from ..dataflow.base import get_length
 from ..utils.arguments import require_dataflow
+from ..utils.compat import shape_text
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.logger import get_logger
 from .base import FeedfreeInput, Tower, timed_input
@@ -451,7 +452,7 @@ class BatchQueueInput(QueueInput):
             if spec.shape.rank is None or spec.shape.rank == 0 or not spec.shape[1:].is_fully_defined():
                 raise InputSourceError(
                     "{}: {!r} has shape {}; BatchQueueInput needs a leading batch dimension and every other "
-                    "dimension known".format(self.name, spec.name, spec.shape))
+                    "dimension known".format(self.name, spec.name, shape_text(spec.shape)))
             if spec.shape[0] is not None and spec.shape[0] != self.batch_size:
                 raise InputSourceError("{}: {!r} has batch dimension {}, but batch_size is {}".format(
                     self.name, spec.name, spec.shape[0], self.batch_size))

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..utils.buffers import ALIGN_MIN_BYTES, aligned_empty
+from ..utils.compat import shape_text
 from .errors import InputSourceError
 
 __all__ = ["normalize_signature", "DatapointConverter", "describe_value", "signature_placeholder"]
@@ -68,8 +69,8 @@ def signature_placeholder(spec: tf.TensorSpec, owner: str) -> tf.Tensor:
         if existing.dtype != spec.dtype or not existing.shape.is_compatible_with(spec.shape):
             raise InputSourceError("{}: the graph already has a placeholder {!r} of dtype {} and shape {}; the "
                                    "input {!r} needs dtype {} and shape {}".format(
-                                       owner, existing.name, existing.dtype.name, existing.shape, spec.name,
-                                       spec.dtype.name, spec.shape))
+                                       owner, existing.name, existing.dtype.name, shape_text(existing.shape),
+                                       spec.name, spec.dtype.name, shape_text(spec.shape)))
         if existing.shape.rank == spec.shape.rank and (
                 spec.shape.rank is None or existing.shape.as_list() == spec.shape.as_list()):
             return existing
@@ -184,11 +185,11 @@ class DatapointConverter:
                     raise self._error(
                         "component {!r} (#{}): expected dtype {} with shape {}, got {}; converting would lose "
                         "data, so convert it in the DataFlow if that is what you want".format(
-                            name, index, dtype.name, shape, got))
+                            name, index, dtype.name, shape_text(shape), got))
                 arr = cast
         if not shape.is_compatible_with(arr.shape):
             raise self._error("component {!r} (#{}): expected shape {} (dtype {}), got {}".format(
-                name, index, shape, dtype.name, describe_value(arr)))
+                name, index, shape_text(shape), dtype.name, describe_value(arr)))
         return arr
 
     def __call__(self, datapoint: Any) -> List[np.ndarray]:

@@ -9,6 +9,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import tensorflow as tf
 
 from ..utils.arguments import require_callable
+from ..utils.compat import shape_text
 from .base import FeedfreeInput, Tower
 from .errors import InputSourceError
 
@@ -66,8 +67,8 @@ class TensorInput(FeedfreeInput):
         for tensor, spec in zip(tensors, specs):
             if tensor.dtype != spec.dtype or not tensor.shape.is_compatible_with(spec.shape):
                 raise InputSourceError("{}: tensor for {!r}: expected dtype {} and shape {}, got dtype {} and "
-                                       "shape {}".format(self.name, spec.name, spec.dtype.name, spec.shape,
-                                                         tensor.dtype.name, tensor.shape))
+                                       "shape {}".format(self.name, spec.name, spec.dtype.name, shape_text(spec.shape),
+                                                         tensor.dtype.name, shape_text(tensor.shape)))
         return Tower(tensors, consume_op=[t.op for t in tensors])
 
 

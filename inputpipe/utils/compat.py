@@ -35,7 +35,7 @@ else:                                                   # Python 3.7: the same n
 __all__ = ["Literal", "Protocol", "Thread", "BadGzipFile", "prod", "native_thread_id", "pidfd_open", "madvise", "md5",
            "distribution_files", "tf_major_version", "numpy_function", "list_physical_devices",
            "dataset_from_generator", "without_injected_prefetch", "map_fn", "where", "tensor_ref",
-           "session_c_api"]
+           "shape_text", "session_c_api"]
 
 
 # ---- Python --------------------------------------------------------------------------------------
@@ -226,6 +226,19 @@ def tensor_ref(tensor: Any) -> Any:
     """A hashable key for a graph tensor: ``tensor.ref()`` (``experimental_ref()`` in TF 1.15)."""
     ref = getattr(tensor, "ref", None) or tensor.experimental_ref
     return ref()
+
+
+def shape_text(shape: Any) -> str:
+    """A ``tf.TensorShape`` as TF 2 prints it, on every TensorFlow: ``(None, 3)`` (TF 1.15 prints
+    ``(?, 3)``), ``<unknown>`` for an unknown rank, so error messages read the same everywhere.
+
+    Example::
+
+        shape_text(tf.TensorShape([None, 3]))     # '(None, 3)'
+    """
+    if shape.ndims is None:
+        return "<unknown>"
+    return str(tuple(shape.as_list()))
 
 
 def session_c_api() -> Any:
