@@ -35,7 +35,7 @@ def evaluate_session(est_input, steps=None, mode="eval"):
     seen = []
     with tf.Graph().as_default():
         with tf.device("/cpu:0"):
-            features, labels = est_input.input_fn(mode=mode)
+            features, labels = est_input.input_fn() if mode is None else est_input.input_fn(mode=mode)
         fetch = labels if labels is not None else features["id"]
         with tf.compat.v1.train.MonitoredSession(hooks=est_input.hooks) as sess:
             while not sess.should_stop() and (steps is None or len(seen) < steps):

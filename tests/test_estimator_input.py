@@ -215,3 +215,78 @@ def test_the_estimator_example_says_which_stack_it_needs():
     proc = subprocess.run([sys.executable, example], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "tf.estimator is not part of TensorFlow" in proc.stderr and "tensorflow-estimator==2.15" in proc.stderr
+
+
+def test_evaluation_given_explicitly_serves_an_input_fn_called_without_a_mode():
+    with EstimatorInput(Ids(12, 5), SPECS, labels="id", evaluation=True) as evaluation:
+        wrapped = type("Wrapped", (), {"input_fn": staticmethod(lambda: evaluation.input_fn()),
+                                       "hooks": evaluation.hooks})
+        assert flat(evaluate_session(wrapped, mode=None)) == list(range(12))
+        assert flat(evaluate_session(wrapped, mode=None)) == list(range(12))
+    with EstimatorInput(Ids(12, 5), SPECS, labels="id", evaluation=False) as train:
+        assert flat(train_session(train, 3)) == list(range(12))
+
+
+def test_evaluation_of_an_endless_parallel_map_is_refused_instead_of_running_for_ever():
+    flow = BatchData(MultiProcessMapData(single_ids(20), 2, lambda dp: dp), 5)       # strict=False: endless
+    with EstimatorInput(flow, SPECS, labels="id") as evaluation:
+        with pytest.raises(InputSourceError, match=r"MultiProcessMapData \(strict=False\) streams without end"):
+            evaluate_session(evaluation)
+
+
+def test_a_failing_dataflow_fails_the_step_with_its_own_error_type():
+    def load(dp):
+        if dp[0] == 23:
+            raise KeyError("no file for id 23")
+        return dp
+    flow = BatchData(MapData(single_ids(100), load), 5)
+    with EstimatorInput(flow, SPECS, labels="id") as train:
+        seen = train_session(train, 2)
+        with pytest.raises(KeyError, match="no file for id 23"):
+            train_session(train, 5)
+    assert flat(seen) == list(range(10))
+
+
+def test_a_mismatching_datapoint_is_named_with_the_input():
+    flow = MapData(Ids(20, 5), lambda dp: [dp[0], dp[1][:, :0]])          # x has 0 columns, not 1
+    with EstimatorInput(flow, SPECS, labels="id") as train:
+        with pytest.raises(InputSourceError, match=r"EstimatorInput: .*'x'"):
+            train_session(train, 1)
+
+
+def test_garbage_collection_shuts_the_pipeline_down():
+    import gc
+    flow = BatchData(MultiProcessMapData(single_ids(50), 2, lambda dp: dp, strict=True), 5)
+    train = EstimatorInput(flow, SPECS, labels="id")
+    train_session(train, 1)
+    pids = list(flow.ds.worker_pids)
+    del train
+    gc.collect()
+    assert not any(t.name == "EstimatorInput-reader" for t in threading.enumerate())
+    import psutil
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_script_that_never_closes_its_inputs_leaves_no_process_behind(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import psutil
+    script = tmp_path / "script.py"
+    script.write_text("\n".join([
+        "import sys, numpy as np",
+        "sys.path.insert(0, {!r})".format(os.path.dirname(os.path.abspath(__file__))),
+        "from estimator_helpers import SPECS, train_session",
+        "from inputpipe.dataflow import BatchData, DataFromList, MultiProcessMapData",
+        "from inputpipe.estimator import EstimatorInput",
+        "ids = DataFromList([[np.int64(i), np.array([i], np.float32)] for i in range(40)], shuffle=False)",
+        "flow = BatchData(MultiProcessMapData(ids, 2, lambda dp: dp, strict=True), 5)",
+        "train = EstimatorInput(flow, SPECS, labels='id')",
+        "train_session(train, 2)",
+        "print(' '.join(str(p) for p in flow.ds.worker_pids), flush=True)",
+    ]))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == 2
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

@@ -106,6 +106,11 @@ class EstimatorInput:
     tensor), a list of names (a dict), or None (no labels). ``features``: None (a dict of every
     other component by name), a list of names (a dict of those), or one name (that tensor).
 
+    ``evaluation``: True makes it serve evaluation or prediction (one whole pass per call), False
+    training (a stream that continues); None (default) decides by the mode of the first
+    ``input_fn`` call (an ``input_fn`` called without a mode serves training), so wrap it as
+    ``lambda: x.input_fn()`` only with ``evaluation`` given.
+
     ``nr_stage``: batches kept staged on ``device`` (0: no staging; ignored when ``data`` is a
     ``StagingInput``, whose own settings count). ``device``: where to stage; default the first GPU
     when TensorFlow sees one, else the CPU (Estimator builds the ``input_fn`` under ``/cpu:0``, so
@@ -121,8 +126,8 @@ class EstimatorInput:
     """
 
     def __init__(self, data: Any, signature: Sequence[tf.TensorSpec], labels: NameList = None,
-                 features: NameList = None, *, nr_stage: int = 1, device: Optional[str] = None,
-                 read_ahead: int = 4, name: str = "EstimatorInput"):
+                 features: NameList = None, *, evaluation: Optional[bool] = None, nr_stage: int = 1,
+                 device: Optional[str] = None, read_ahead: int = 4, name: str = "EstimatorInput"):
         self.name = name
         self._specs = normalize_signature(signature, name)
         names = [s.name for s in self._specs]
@@ -141,6 +146,7 @@ class EstimatorInput:
         self._graph: Optional[tf.Graph] = None     # the graph of the latest input_fn call and its build
         self._built: Optional[_Built] = None
         self._role: Optional[str] = None
+        self._fixed_role = None if evaluation is None else (_EVAL if evaluation else _TRAIN)
         self._stream: Optional[ContinuingStream] = None
         self._hook = EstimatorInputHook(self.built_in, name)
         self._closed = False
@@ -163,7 +169,7 @@ class EstimatorInput:
         graph = tf.compat.v1.get_default_graph()
         built = self.built_in(graph)
         if built is None:
-            built = self._build(_role_of(mode, self.name))
+            built = self._build(self._fixed_role or _role_of(mode, self.name))
             self._graph, self._built = graph, built     # the graph before stays alive no longer than this
         return built.features, built.labels
 
@@ -240,6 +246,7 @@ class EstimatorInput:
         else:
             queue = QueueInput(stream, infinite=role == _TRAIN, track_state=None if role == _TRAIN else False,
                                gil_switch_interval=None)
+        queue.name = queue._position.owner = self.name
         queue._position.continuing = role == _TRAIN
         queue._position.checkpointed = role == _TRAIN
         return _staged(queue, plan), stream
@@ -256,6 +263,11 @@ class EstimatorInput:
                 if role != _TRAIN and plan.endless:
                     raise InputSourceError("{}: {} has no passes to evaluate on; a socket's stream serves training "
                                            "only".format(self.name, plan.feed.name if plan.feed else "the data"))
+                endless = _endless_stage(plan.feed.flow()) if plan.feed is not None else None
+                if role != _TRAIN and endless is not None:
+                    raise InputSourceError(
+                        "{}: evaluation reads one whole pass per call, but {} (strict=False) streams without end, as "
+                        "in tensorpack; give it strict=True".format(self.name, type(endless).__name__))
                 assert plan.feed is not None
                 unit = plan.batch_size or 1
                 self._stream = ContinuingStream(plan.feed, "continue" if role == _TRAIN else "passes",
@@ -274,6 +286,22 @@ class EstimatorInput:
 
 _ROLE_TEXT = {_TRAIN: ("training", "continues from call to call"),
               _EVAL: ("evaluation or prediction", "is read once per call")}
+
+
+def _endless_stage(flow: Any) -> Any:
+    """A parallel map in the chain ending at ``flow`` whose iterator never ends (``strict=False``)."""
+    todo, seen = [flow], set()
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if getattr(current, "strict", None) is False:
+            return current
+        state = getattr(current, "__dict__", {})
+        todo.append(state.get("ds"))
+        todo.extend(entry[0] if isinstance(entry, tuple) and entry else entry for entry in state.get("df_lists") or ())
+    return None
 
 
 def _not_resumable_text(feed: StreamFeed) -> str:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional
 import tensorflow as tf
 
 from ..utils.logger import get_logger
+from .errors import InputSourceError
 
 __all__ = ["EstimatorInputHook"]
 
@@ -97,6 +98,14 @@ class EstimatorInputHook(tf.compat.v1.train.SessionRunHook):
         consumed, state = self._consumed(built, session)
         try:
             _end_all(built.hooks, session)
+        except InputSourceError as err:
+            if built.stream is None or built.source.failure() is None:
+                raise
+            # The data failed beyond what the steps consumed (no step met it, or the step had
+            # raised and end() would not run): the stream keeps the failure, and the step of a
+            # later call that reaches it raises it. Raising here would skip the hooks after this
+            # one, among them the checkpoint Estimator saves at the end of train().
+            logger.info("%s: %s; the step that reaches it will raise it", self._owner, err)
         finally:
             if built.stream is not None:
                 built.stream.session_ended(consumed, state)
