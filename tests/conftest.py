@@ -6,6 +6,9 @@ import time
 import psutil
 import pytest
 
+# pytest-timeout's timer around setup and teardown too (pytest.ini times the call phase)
+from timeout_phases import pytest_runtest_setup, pytest_runtest_teardown  # noqa: F401
+
 # Threads and processes that are not ours and live for the whole interpreter.
 _FOREIGN_THREAD_PREFIXES = ("pydevd", "pytest_timeout")
 _FOREIGN_THREAD_CLASSES = (
