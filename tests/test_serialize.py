@@ -308,10 +308,10 @@ def test_self_referencing_list_is_refused():
 def test_pickle_is_refused_and_named():
     with pytest.raises(WireFormatError, match=r"loads: it is pickled \(tensorpack 0.11's default serializer, "
                                               r"TENSORPACK_SERIALIZE=pickle\); inputpipe unpickles only when asked"):
-        loads(pickle.dumps([1, 2], protocol=5))
+        loads(pickle.dumps([1, 2], protocol=pickle.HIGHEST_PROTOCOL))
     with pytest.raises(WireFormatError, match=r"not an inputpipe wire-format message.*looks like a pickle; inputpipe "
                                               r"never unpickles"):
-        loads_frames([pickle.dumps([1, 2], protocol=5)])       # what sockets and worker channels decode
+        loads_frames([pickle.dumps([1, 2], protocol=pickle.HIGHEST_PROTOCOL)])       # what sockets and worker channels decode
 
 
 UNPICKLED = []

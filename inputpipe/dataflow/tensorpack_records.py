@@ -27,6 +27,7 @@ import numpy as np
 
 from ..utils._pickle_policy import pickle_allowed, pickle_refusal
 from ..utils._tensorpack_records import decode_record, is_pickle
+from ..utils.compat import npz_array
 from ..utils.serialize import WireFormatError
 from .dataset_io import DatasetFormatError
 
@@ -75,7 +76,7 @@ def read_tensorpack_npz(path: str, allow_pickle: Optional[bool], what: str) -> L
     _check_npz(path, what)
     try:
         with np.load(path, allow_pickle=True) as archive:
-            buffer = archive["buffer"]
+            buffer = npz_array(archive, "buffer")
     except _NPZ_ERRORS as err:
         raise DatasetFormatError("{}: {} cannot be unpickled: {}: {}".format(what, path, type(err).__name__, err)) from None
     return [list(dp) if isinstance(dp, np.ndarray) and dp.dtype == object else dp for dp in buffer]

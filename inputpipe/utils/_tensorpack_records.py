@@ -15,12 +15,11 @@ The two kinds cannot be mistaken for each other or for the wire format: a pickle
 73 followed by more bytes. Errors are :class:`~inputpipe.utils.serialize.WireFormatError`; the
 dataset readers turn them into ``DatasetFormatError`` (:mod:`inputpipe.dataflow.tensorpack_records`).
 """
-import pickle
 from typing import Any, Optional
 
 import numpy as np
 
-from .compat import prod
+from .compat import pickle_loads, prod
 from ._pickle_policy import pickle_allowed, pickle_refusal
 from ._wire_decode import _TIMESTAMP_START, _refuse_timestamps
 from ._wire_layout import _ALLOWED_DTYPES, WireFormatError, _lookup_dtype
@@ -122,7 +121,7 @@ def decode_record(data: Any, allow_pickle: Optional[bool], what: str, max_bytes:
         if not pickle_allowed(allow_pickle):
             raise WireFormatError("{}: {}; {}".format(what, PICKLED, pickle_refusal()))
         try:
-            return pickle.loads(data)
+            return pickle_loads(data)
         except Exception as err:  # a damaged pickle, or a class the unpickler cannot find here
             raise WireFormatError("{}: the pickle cannot be loaded: {}: {}".format(what, type(err).__name__, err)) from err
     decoder = _MsgpackNumpyDecoder(what)

@@ -19,9 +19,12 @@ Example::
 import errno
 import gzip
 import hashlib
+import importlib.util
+import io
 import inspect
 import mmap
 import os
+import pickle
 import sys
 import threading
 from functools import reduce
@@ -33,7 +36,7 @@ else:                                                   # Python 3.7: the same n
     from typing_extensions import Literal, Protocol
 
 __all__ = ["Literal", "Protocol", "Thread", "BadGzipFile", "prod", "native_thread_id", "pidfd_open", "madvise", "md5",
-           "distribution_files", "tf_major_version", "numpy_function", "list_physical_devices",
+           "distribution_files", "pickle_loads", "npz_array", "tf_major_version", "numpy_function", "list_physical_devices",
            "dataset_from_generator", "without_injected_prefetch", "map_fn", "where", "tensor_ref",
            "shape_text", "session_c_api"]
 
@@ -144,6 +147,52 @@ def distribution_files(name: str) -> List[Any]:
         return list(metadata.files(name) or ())
     except Exception:                   # not installed (PackageNotFoundError), no backport, odd metadata
         return []
+
+
+def pickle_loads(data: bytes) -> Any:
+    """``pickle.loads`` that also reads pickles written on a newer stack: protocol 5 on Python 3.7
+    (through the ``pickle5`` backport where it is installed; else pickle's own error) and numpy 2's
+    module paths (``numpy._core``) with a numpy 1.x too old to alias them itself (before 1.26).
+
+    Example::
+
+        datapoint = pickle_loads(record)     # a record tensorpack pickled on Python 3.11, numpy 2
+    """
+    module: Any = pickle
+    if sys.version_info < (3, 8):
+        try:
+            import pickle5 as module
+        except ImportError:
+            pass
+
+    class Unpickler(module.Unpickler):          # type: ignore[misc,name-defined,unused-ignore]
+        def find_class(self, module_name: str, name: str) -> Any:
+            if module_name.split(".")[:2] == ["numpy", "_core"] and _numpy_lacks_core():
+                module_name = "numpy.core" + module_name[len("numpy._core"):]
+            return super().find_class(module_name, name)
+
+    return Unpickler(io.BytesIO(data)).load()
+
+
+def npz_array(archive: Any, name: str) -> Any:
+    """``archive[name]`` of a .npz opened by ``np.load(path, allow_pickle=True)``; with a numpy
+    before 1.26, an object array that numpy 2 pickled (naming ``numpy._core``, which numpy's own
+    unpickler cannot find there) is unpickled by :func:`pickle_loads`."""
+    if not _numpy_lacks_core():
+        return archive[name]
+    import numpy as np
+    with archive.zip.open(name + ".npy") as member:
+        version = np.lib.format.read_magic(member)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        dtype = read_header(member)[2]
+        if dtype.hasobject:
+            return pickle_loads(member.read())
+    return archive[name]
+
+
+def _numpy_lacks_core() -> bool:
+    """Whether numpy is too old (< 1.26) to import numpy 2's ``numpy._core`` paths."""
+    return importlib.util.find_spec("numpy._core") is None
 
 
 # ---- TensorFlow ----------------------------------------------------------------------------------
