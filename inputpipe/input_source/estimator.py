@@ -115,7 +115,8 @@ class EstimatorInput:
     ``StagingInput``, whose own settings count). ``device``: where to stage; default the first GPU
     when TensorFlow sees one, else the CPU (Estimator builds the ``input_fn`` under ``/cpu:0``, so
     the device is chosen here, not taken from the scope). ``read_ahead``: batches the reader
-    thread keeps ready between sessions (for ``BatchQueueInput``: times its batch size).
+    thread keeps ready (for ``BatchQueueInput``: times its batch size); each graph's queue holds
+    as many.
 
     Example::
 
@@ -247,6 +248,9 @@ class EstimatorInput:
             queue = QueueInput(stream, infinite=role == _TRAIN, track_state=None if role == _TRAIN else False,
                                gil_switch_interval=None)
         queue.name = queue._position.owner = self.name
+        # the stream reads ahead itself: a queue as deep as its read-ahead keeps the batches held
+        # twice (queued, and kept by the stream until consumed) few
+        queue.default_capacity = self.read_ahead * (plan.batch_size or 1)
         queue._position.continuing = role == _TRAIN
         queue._position.checkpointed = role == _TRAIN
         return _staged(queue, plan), stream
