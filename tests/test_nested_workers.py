@@ -251,6 +251,7 @@ _TREE_KILL_SWEEP = """
     import psutil
     TREE = sys.argv[2]
     ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)      # PR_SET_CHILD_SUBREAPER: orphans come to us
+    WAIT = 60.0              # for a step of one case (generous: the machine may be busy)
 
     def reap_all(deadline):
         while time.monotonic() < deadline:
@@ -269,59 +270,75 @@ _TREE_KILL_SWEEP = """
             procs = [c for p in procs for c in p.children() if c.status() != psutil.STATUS_ZOMBIE]
         return sorted(p.pid for p in procs)
 
-    results = []
-    for victim, phase, delay in json.loads(sys.argv[1]):
+    def wait_line(trainer, lines, wanted):
+        # the next line of the trainer, which must start with ``wanted``; None when it did not come
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=0.05)
+            except queue.Empty:
+                if trainer.poll() is not None and lines.empty():
+                    return None
+                continue
+            if line.startswith(wanted):
+                return line
+        return None
+
+    def run_case(victim, phase, delay):
         trainer = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True)
         lines = queue.Queue()
         threading.Thread(target=lambda: [lines.put(l.strip()) for l in trainer.stdout], daemon=True).start()
-        assert lines.get(timeout=20) == "starting"
-        if phase == "running":
-            assert lines.get(timeout=20) == "running"
-        time.sleep(delay)
-        depth = {"trainer": 0, "middle": 1, "leaf": 2}[victim]
-        deadline = time.monotonic() + 10
-        while not level(trainer.pid, depth) and time.monotonic() < deadline:
-            time.sleep(0.001)
-        target = level(trainer.pid, depth)[0]
-        os.kill(target, signal.SIGKILL)
-        killed = time.monotonic()
-        reported = None
-        if victim != "trainer":
-            while reported is None and time.monotonic() < killed + 10:
-                try:
-                    line = lines.get(timeout=0.05)
-                except queue.Empty:
-                    continue
-                if line.startswith("error"):
-                    reported = [line, round(time.monotonic() - killed, 3)]
-        exited = trainer.wait(timeout=10)
-        all_gone = reap_all(time.monotonic() + 10)
-        results.append({"case": [victim, phase, delay], "reported": reported, "exit": exited,
-                        "all_gone": all_gone, "files": os.listdir("/dev/shm"),
-                        "stderr": trainer.stderr.read()[-2000:]})
-    print(json.dumps(results))
+        case = {"case": [victim, phase, delay], "reported": None, "problem": None}
+        for wanted in ["starting"] + (["running"] if phase == "running" else []):
+            if wait_line(trainer, lines, wanted) is None:
+                case["problem"] = "the trainer did not print {!r} within {} s".format(wanted, WAIT)
+        if case["problem"] is None:
+            time.sleep(delay)
+            depth = {"trainer": 0, "middle": 1, "leaf": 2}[victim]
+            deadline = time.monotonic() + WAIT
+            while not level(trainer.pid, depth) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            target = level(trainer.pid, depth)[0]
+            os.kill(target, signal.SIGKILL)
+            killed = time.monotonic()
+            if victim != "trainer":
+                line = wait_line(trainer, lines, "error")
+                case["reported"] = line and [line, round(time.monotonic() - killed, 3)]
+        try:
+            case["exit"] = trainer.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            case["problem"] = case["problem"] or "the trainer did not exit within {} s".format(WAIT)
+            trainer.kill()
+            case["exit"] = trainer.wait()
+        case["all_gone"] = reap_all(time.monotonic() + WAIT)
+        case["files"] = os.listdir("/dev/shm")
+        case["stderr"] = trainer.stderr.read()[-2000:]
+        return case
+
+    print(json.dumps([run_case(*case) for case in json.loads(sys.argv[1])]))
 """
 
 
 @needs_private_shm
 @pytest.mark.slow
-@pytest.mark.timeout(150)
-def test_killing_the_trainer_a_middle_or_a_leaf_worker_at_any_time_leaves_no_process_and_no_file():
-    cases = [[victim, phase, delay] for victim in ("trainer", "middle", "leaf")
-             for phase, delay in (("starting", 0.0), ("starting", 0.15), ("running", 0.0), ("running", 0.1))]
-    done = run_with_private_shm(_TREE_KILL_SWEEP, 256, json.dumps(cases), textwrap.dedent(_TREE), timeout=140)
+@pytest.mark.timeout(250)
+@pytest.mark.parametrize("victim", ["trainer", "middle", "leaf"])
+def test_killing_the_trainer_a_middle_or_a_leaf_worker_at_any_time_leaves_no_process_and_no_file(victim):
+    """Each kill is followed to its end however busy the machine is (every step may take a minute);
+    the report of a killed worker is not timed here (tests of their own time it)."""
+    cases = [[victim, phase, delay] for phase, delay in (("starting", 0.0), ("starting", 0.15), ("running", 0.0),
+                                                         ("running", 0.1))]
+    done = run_with_private_shm(_TREE_KILL_SWEEP, 256, json.dumps(cases), textwrap.dedent(_TREE), timeout=240)
     results = json.loads(done.stdout.splitlines()[-1])
     assert [r["case"] for r in results] == cases
-    bad = [r for r in results if r["files"] or not r["all_gone"]]
-    assert bad == []
+    assert [r for r in results if r["problem"] or r["files"] or not r["all_gone"]] == []
     for r in results:
-        if r["case"][0] == "trainer":
+        if victim == "trainer":
             assert r["exit"] == -signal.SIGKILL
-        else:                   # the trainer got a WorkerError at once, closed and ended normally
+        else:                   # the trainer got a WorkerError, closed and ended normally
             assert r["exit"] == 0, r
             assert r["reported"] is not None and r["reported"][0] == "error WorkerError", r
-            assert r["reported"][1] < 2.0, r
 
 
 def forks_a_sleeper_then_dies(dp):
@@ -454,6 +471,7 @@ def test_another_thread_forking_while_a_pool_starts_does_not_delay_the_report_of
             os.waitpid(pid, 0)
 
 
+@pytest.mark.timeout(180)        # TensorFlow's first import and a session: a minute on a busy machine
 def test_a_runner_of_a_process_map_inside_queue_input_in_worker_feeds_every_value():
     import tensorflow as tf
     from inputpipe.input_source import QueueInput
