@@ -15,7 +15,7 @@ PAGE = REPO / "docs" / "image_augmentation.md"
 def test_image_augmentation_page_code_runs():
     found = re.findall(r"(<!-- not run[^\n]*-->\n)?```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
     blocks = [code for marker, code in found if not marker]      # a block marked "not run" needs a dataset
-    assert len(blocks) == 10 and len(found) == 11
+    assert len(blocks) == 12 and len(found) == 13
     proc = subprocess.run([sys.executable, "-c", "\n".join(blocks)], cwd=str(REPO), capture_output=True,
                           text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr[-3000:]
