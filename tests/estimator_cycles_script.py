@@ -54,7 +54,8 @@ def main(model_dir, log_path, cycles, steps, kill_at):
         with tf.control_dependencies([recorded]):
             loss = tf.reduce_mean(tf.matmul(features["x"], weight)) * 0.0
         if mode == tf.estimator.ModeKeys.TRAIN:
-            train_op = tf.compat.v1.assign_add(step, 1)
+            with tf.control_dependencies([recorded]):          # the step's number is read before it grows
+                train_op = tf.compat.v1.assign_add(step, 1)
             return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
         return tf.estimator.EstimatorSpec(mode, loss=loss)
 
