@@ -2,9 +2,11 @@
 ``script:function`` gets a one-line error and exit code 2."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -186,11 +188,13 @@ def test_cli_without_a_name_and_two_flows_asks_for_one(tmp_path):
 
 
 STUCK_SCRIPT = textwrap.dedent('''
+    import os
     import time
     from inputpipe.dataflow import BatchData, DataFlow
 
     class MountedFiles(DataFlow):
         def reset_state(self):
+            open(os.environ["STUCK_MARKER"], "w").close()     # the stall begins
             time.sleep(3600)              # a mount that never answers
 
         def __iter__(self):
@@ -201,11 +205,44 @@ STUCK_SCRIPT = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.timeout(60)
+#: Seconds the doctor may take to report and exit once its stall timeout has passed.
+EXIT_MARGIN = 10.0
+
+
+def doctor_until_stalled(marker, stall_timeout, *args):
+    """Run the doctor on a script whose flow creates the file ``marker`` when it starts to block;
+    it must exit within ``stall_timeout`` + :data:`EXIT_MARGIN` s of that, however long starting
+    Python and the imports took. One that does not is killed with everything it started, and the
+    test fails at once, saying so."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               STUCK_MARKER=str(marker))
+    proc = subprocess.Popen([sys.executable, "-m", "inputpipe.doctor", *args], cwd=str(REPO), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90                  # Python and the imports, on a busy machine
+        while not os.path.exists(str(marker)) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert os.path.exists(str(marker)), "the stuck flow was never reached"
+        try:
+            stdout, stderr = proc.communicate(timeout=stall_timeout + EXIT_MARGIN)
+        except subprocess.TimeoutExpired:
+            stdout = stderr = None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    if stdout is None:
+        pytest.fail("the doctor did not exit within {:g} s of the stall (stall timeout {:g} s)".format(
+            stall_timeout + EXIT_MARGIN, stall_timeout))
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+@pytest.mark.timeout(150)
 def test_cli_exits_within_the_stall_timeout_when_reset_state_never_returns(tmp_path):
     path = tmp_path / "stuck.py"
     path.write_text(STUCK_SCRIPT)
-    proc = _doctor("{}:get_dataflow".format(path), "--seconds", "5", "--stall-timeout", "1", timeout=30)
+    proc = doctor_until_stalled(tmp_path / "stalled", 1, "{}:get_dataflow".format(path), "--seconds", "5",
+                                "--stall-timeout", "1")
     assert proc.returncode == 1, proc.stderr
     assert ("MountedFiles.reset_state() (called by BatchData(2).reset_state()) did not return within the stall "
             "timeout (1 s)") in proc.stdout

@@ -220,6 +220,17 @@ def test_a_stalled_chain_names_the_stuck_stage_and_returns():
     assert "Limiting stage: RemoteDataZMQ" in str(report) and "stalled" in str(report)
 
 
+def test_a_healthy_chain_warmed_up_and_profiled_longer_than_its_stall_timeout_is_not_stalled():
+    """The stall timeout bounds the silence between two datapoints, not the warm-up or the window."""
+    df = MapData(DataFromGenerator(_endless(0.001)), _sleepy(FAST))
+    started = time.monotonic()
+    report = profile(df, seconds=2.5, warmup=1.2, stall_timeout=1.0)
+    assert time.monotonic() - started >= 3.7
+    assert not report.stalled and report.stalled_in is None and not report.thread_left_running
+    assert report.seconds >= 2.5 and report.datapoints > 100
+    assert report.limiting.name == "DataFromGenerator" and "stalled" not in str(report)
+
+
 class WaitsInReset(DataFlow):
     """A source whose reset_state() waits for something (a mount, a lock, a download)."""
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from test_doctor_cli import doctor_until_stalled
+
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent('''
@@ -95,15 +97,17 @@ def test_cli_tune_options_are_checked(script, arguments, message):
     assert message in proc.stderr.strip().splitlines()[-1] and "Traceback" not in proc.stderr
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(150)
 def test_cli_tune_exits_1_when_the_chain_stalls(tmp_path):
     path = tmp_path / "stuck.py"
     path.write_text(textwrap.dedent('''
+        import os
         import time
         from inputpipe.dataflow import DataFlow, MapData
 
         class Mount(DataFlow):
             def reset_state(self):
+                open(os.environ["STUCK_MARKER"], "w").close()     # the stall begins
                 time.sleep(3600)              # a mount that never answers
 
             def __iter__(self):
@@ -112,7 +116,8 @@ def test_cli_tune_exits_1_when_the_chain_stalls(tmp_path):
         def get_dataflow():
             return MapData(Mount(), lambda dp: dp)
     '''))
-    proc = _doctor("--tune", "{}:get_dataflow".format(path), "--seconds", "1", "--stall-timeout", "1", timeout=30)
+    proc = doctor_until_stalled(tmp_path / "stalled", 1, "--tune", "{}:get_dataflow".format(path), "--seconds", "1",
+                                "--stall-timeout", "1")
     assert proc.returncode == 1, proc.stderr
     assert "Nothing tuned: Mount.reset_state()" in proc.stdout
     assert "did not return within the stall timeout (1 s)" in proc.stdout
