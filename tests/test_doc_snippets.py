@@ -21,6 +21,12 @@ COVERED_ELSEWHERE = {"docs/dataflow.md": "tests/test_dataflow_docs.py",
                      "docs/estimator.md": "tests/test_estimator_tf.py"}     # needs tf.estimator (TF <= 2.15)
 BLOCK = re.compile(r"(?P<before>[^\n]*)\n```python\n(?P<code>.*?)```", re.S)
 SKIP_MARK = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->")
+# The pages are written for TensorFlow 2's defaults (eager execution, graphs built inside
+# ``tf.Graph().as_default()``); TF 1.15 has the same once eager execution is on at program start.
+EAGER_LIKE_TF2 = """import tensorflow as tf
+if not tf.executing_eagerly():
+    tf.compat.v1.enable_eager_execution()
+"""
 
 
 def _pages():
@@ -54,6 +60,8 @@ def test_every_not_run_mark_gives_a_reason():
 @pytest.mark.parametrize("page", _pages_with_code(), ids=lambda p: str(p.relative_to(REPO)))
 def test_page_snippets_run(page, tmp_path):
     code = [PRELUDE.read_text(encoding="utf-8")]
+    if any("import tensorflow" in block for block, reason in _blocks(page) if reason is None):
+        code.append(EAGER_LIKE_TF2)
     for index, (block, reason) in enumerate(_blocks(page)):
         if reason is None:
             code.append("# --- block {} of {}\n{}".format(index + 1, page.name, block))

@@ -34,7 +34,7 @@ from tensorflow.python.training.saving import saveable_object
 
 from ..dataflow._state import check_plain_state
 from ..dataflow.base import NotResumableError
-from ..utils.compat import numpy_function
+from ..utils.compat import numpy_function, quiet_tf_deprecations
 from ..utils.logger import get_logger
 from .placement import on_host
 
@@ -176,7 +176,7 @@ class InputPosition:
         ``window``: how many numbered datapoints can be in flight (queued, staged) at most."""
         self._window = int(window)
         self._update_span()
-        with on_host():
+        with on_host(), quiet_tf_deprecations():
             self.variable = tf.compat.v1.Variable(
                 tf.constant([-1], tf.int64, name="no_position"), trainable=False, name="input_position",
                 collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)

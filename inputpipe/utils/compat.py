@@ -16,6 +16,7 @@ Example::
     prod([2, 3, 4])                                            # 24, also on Python 3.7
     value = numpy_function(read_stat, [], tf.float32, stateful=True)   # any TensorFlow
 """
+import contextlib
 import errno
 import gzip
 import hashlib
@@ -28,7 +29,7 @@ import pickle
 import sys
 import threading
 from functools import reduce
-from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Sequence, cast
 
 if TYPE_CHECKING or sys.version_info >= (3, 8):
     from typing import Literal, Protocol
@@ -38,7 +39,7 @@ else:                                                   # Python 3.7: the same n
 __all__ = ["Literal", "Protocol", "Thread", "BadGzipFile", "prod", "native_thread_id", "pidfd_open", "madvise", "md5",
            "distribution_files", "pickle_loads", "npz_array", "tf_major_version", "numpy_function", "list_physical_devices",
            "dataset_from_generator", "without_injected_prefetch", "map_fn", "where", "tensor_ref",
-           "shape_text", "session_c_api"]
+           "shape_text", "quiet_tf_deprecations", "session_c_api"]
 
 
 # ---- Python --------------------------------------------------------------------------------------
@@ -288,6 +289,22 @@ def shape_text(shape: Any) -> str:
     if shape.ndims is None:
         return "<unknown>"
     return str(tuple(shape.as_list()))
+
+
+@contextlib.contextmanager
+def quiet_tf_deprecations() -> Iterator[None]:
+    """No "... is deprecated" log lines from TensorFlow for the ops inputpipe builds inside: TF 1.15
+    prints them for plain graph-mode calls (a resource variable, say), about migrating to TF 2.
+    The user's own calls outside keep their warnings.
+
+    Example::
+
+        with quiet_tf_deprecations():
+            variable = tf.compat.v1.Variable(0, use_resource=True)
+    """
+    from tensorflow.python.util import deprecation
+    with deprecation.silence():
+        yield
 
 
 def session_c_api() -> Any:
