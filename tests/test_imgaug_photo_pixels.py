@@ -85,7 +85,13 @@ def seed_tree(aug, first_seed):
     return seed - first_seed
 
 
-CHAINS = [(index, expression, input_name) for index, (expression, input_name) in enumerate(META["chains"])]
+# The pixels recorded from tensorpack were computed on numpy 2; on numpy 1 a few augmentors' scalar
+# arithmetic runs in float64 instead (tensorpack's and inputpipe's alike, docs/migrating.md).
+NUMPY_2_PIXELS = pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.0.0",
+                                    reason="pixels recorded from tensorpack on numpy 2; numpy 1 rounds a few "
+                                           "augmentors' float64 arithmetic differently, as tensorpack does there")
+CHAINS = [pytest.param(index, expression, input_name, marks=NUMPY_2_PIXELS if index == 0 else ())   # fbresnet's
+          for index, (expression, input_name) in enumerate(META["chains"])]
 
 
 @pytest.mark.parametrize("index,expression,input_name", CHAINS, ids=["fbresnet", "float-chain"])

@@ -172,6 +172,14 @@ EXPECTED = {
 }
 
 
+# The pixels recorded from tensorpack were computed on numpy 2; on numpy 1 a few augmentors' scalar
+# arithmetic runs in float64 instead (tensorpack's and inputpipe's alike, docs/migrating.md).
+NUMPY_2_PIXELS = pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.0.0",
+                                    reason="pixels recorded from tensorpack on numpy 2; numpy 1 rounds a few "
+                                           "augmentors' float64 arithmetic differently, as tensorpack does there")
+
+
+@NUMPY_2_PIXELS
 @pytest.mark.parametrize("crop", sorted(CROPS))
 def test_training_augmentation_matches_tensorpack(tmp_path, crop):
     root = make_imagenet(str(tmp_path / "imagenet"))
