@@ -261,19 +261,27 @@ def _window_of_decode(data, window, fast):
     return tj.decode(data, window, fast_dct=fast)
 
 
+def _run_in_a_graph(tf, make):
+    """The value of the tensor ``make()`` builds, computed in graph mode (TF 1.15 and TF 2 alike)."""
+    with tf.Graph().as_default():
+        tensor = make()
+        with tf.compat.v1.Session() as sess:
+            return sess.run(tensor)
+
+
 @needs_turbojpeg
 def test_the_fast_dct_gives_tensorflows_default_pixels_and_the_accurate_one_opencvs():
     tf = pytest.importorskip("tensorflow")
     data = jpeg(photo(375, 500, seed=3)).tobytes()
     full = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
     assert np.array_equal(_window_of_decode(data, None, False), full)
-    tf_default = tf.io.decode_jpeg(data, channels=3).numpy()[:, :, ::-1]        # RGB -> BGR
+    tf_default = _run_in_a_graph(tf, lambda: tf.io.decode_jpeg(data, channels=3))[:, :, ::-1]     # RGB -> BGR
     fast = _window_of_decode(data, None, True)
     assert np.array_equal(fast, tf_default)
     difference = np.abs(fast.astype(int) - full)
     assert 0 < difference.mean() < 2                   # a different transform, close to the accurate one
     window = (37, 48, 200, 301)                        # a window starting on the 16-px iMCU grid
-    tf_window = tf.io.decode_and_crop_jpeg(data, list(window), channels=3).numpy()[:, :, ::-1]
+    tf_window = _run_in_a_graph(tf, lambda: tf.io.decode_and_crop_jpeg(data, list(window), channels=3))[:, :, ::-1]
     assert np.array_equal(_window_of_decode(data, window, True)[1:-1, 1:-1], tf_window[1:-1, 1:-1])
 
 
