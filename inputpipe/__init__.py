@@ -9,5 +9,8 @@ Example::
     from inputpipe.input_source import QueueInput
 """
 from ._version import __version__
+from .tensorpack_interop import install as _watch_for_tensorpack
+
+_watch_for_tensorpack()     # registers inputpipe's classes with tensorpack's once both are imported
 
 __all__ = ["__version__"]

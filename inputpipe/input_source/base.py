@@ -32,6 +32,7 @@ from .placement import on_host
 from .session import hooked_session
 from .signature import normalize_signature
 from .stats import InputStats, dataflow_in_process
+from .tensorpack_trainer import trainer_callbacks
 
 __all__ = ["InputSource", "FeedfreeInput", "InputSourceHook", "InputStepHook", "Tower", "timed_input"]
 
@@ -168,7 +169,7 @@ class InputSource:
 
     def setup(self, input_signature: Sequence[tf.TensorSpec]) -> List[tf.compat.v1.train.SessionRunHook]:
         """Build the source's ops for ``input_signature`` (named ``tf.TensorSpec``\\ s) in the
-        default graph. Returns ``get_hooks()``."""
+        default graph. Returns ``get_callbacks()``."""
         if self._specs is not None:
             raise RuntimeError("{}.setup() was already called".format(self.name))
         if tf.executing_eagerly():
@@ -186,7 +187,7 @@ class InputSource:
             with self.cached_name_scope():     # the scope made here is the one cached_name_scope() re-enters
                 self._setup(specs)
         self._setup_done = True
-        return self.get_hooks()
+        return self.get_callbacks()
 
     def setup_done(self) -> bool:
         return self._specs is not None
@@ -221,9 +222,10 @@ class InputSource:
         return list(self._hooks)
 
     def get_callbacks(self) -> List[tf.compat.v1.train.SessionRunHook]:
-        """tensorpack's name of :meth:`get_hooks`: here, what a source needs maintained while
-        training runs are ``SessionRunHook``\\ s."""
-        return self.get_hooks()
+        """:meth:`get_hooks`; once tensorpack is imported, the same hooks as objects that are
+        tensorpack ``Callback``\\ s too, for its trainer (see
+        :mod:`~inputpipe.input_source.tensorpack_trainer`)."""
+        return trainer_callbacks(self, self.get_hooks())
 
     def reset_state(self) -> None:
         """Prepare the data for iteration (e.g. ``DataFlow.reset_state()``); calls
