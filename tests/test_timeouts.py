@@ -22,7 +22,7 @@ from timeout_phases import pytest_runtest_setup, pytest_runtest_teardown  # noqa
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logreport(report):
     if report.when == "call" and "on_the_edge" in report.nodeid:
-        time.sleep(1.5)             # a report that takes long to send: the timeout falls in it
+        time.sleep(3)               # a report that takes long to send: the timeout falls in it
 
 
 @pytest.fixture
@@ -41,9 +41,9 @@ import time
 import pytest
 
 
-@pytest.mark.timeout(1)
+@pytest.mark.timeout(2)
 def test_on_the_edge():
-    time.sleep(0.7)
+    time.sleep(0.5)
 
 
 @pytest.mark.timeout(1)
