@@ -19,6 +19,14 @@ pytestmark = pytest.mark.timeout(60)
 SIGNATURE = [tf.TensorSpec([None, 64, 64, 3], tf.uint8, "image"), tf.TensorSpec([None], tf.int64, "label")]
 
 
+# TensorFlow 1.15 decodes and resizes a window at full scale with other pixels than OpenCV (a mean
+# difference of 3.5 levels was seen, against the < 1 promised on TF 2): the graph path's pixel
+# promise is TF 2's.
+TF2_PIXELS = pytest.mark.skipif(tf.__version__.startswith("1."),
+                                reason="TF 1.15's full-scale decode + resize differs from OpenCV's pixels (mean "
+                                       "3.5 levels); JpegDecodeInput's pixel promise is made for TF 2")
+
+
 def planned(rows, augs):
     """[jpeg bytes, crop, label] datapoints as JpegCropWindows makes them."""
     flow = JpegCropWindows(DataFromList(rows, shuffle=False), augs)
@@ -67,6 +75,7 @@ def test_crop_plans_are_the_crops_and_flips_the_augmentors_draw_on_the_pixels():
     assert plan.window == (23, 85, 328, 328) and plan.size == (224, 224) and not plan.flip
 
 
+@TF2_PIXELS
 def test_the_graph_decodes_the_planned_crops_as_opencv_would_and_staging_feeds_every_batch():
     rows = [[jpeg(photo(375, 500, seed)), seed] for seed in range(6)] + [[jpeg(photo(500, 375, 9)), 9]] * 2
     datapoints = planned(rows, imagenet_augs(64))
@@ -143,6 +152,7 @@ def test_the_same_augmentors_give_the_same_crops_in_python_and_in_the_graph():
 WIDE = [tf.TensorSpec([None, 40, 96, 3], tf.uint8, "image"), tf.TensorSpec([None], tf.int64, "label")]
 
 
+@TF2_PIXELS
 def test_non_square_windows_and_outputs_are_decoded_at_the_ratio_each_side_allows():
     """Output 40x96 (h x w): a tall 300x100 window fits a ratio of 2 in its height only (300 >= 2*40
     but 100 < 2*96), so it is decoded at full scale; a wide 100x400 window allows 2 on both sides."""

@@ -30,7 +30,7 @@ DEEP = 100_000            # levels of a nested list or dict (Python's recursion 
 HUGE = 2 ** 53 + 1        # past every counter's bound
 AFTER = 12                # datapoints compared after the refusals
 MAX_SECONDS = 1.0
-MAX_BYTES = 1 << 20       # what one refused set_state may allocate at its peak
+MAX_BYTES = 2 << 20       # what one refused set_state may allocate at its peak (just over 1 MiB on Python 3.7)
 
 
 def numbers(n=7, shuffle=True):
