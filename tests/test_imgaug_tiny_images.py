@@ -147,3 +147,15 @@ def test_an_empty_crop_of_encoded_bytes_is_called_empty_not_outside():
         image.crop(0, 0, 1, 0)
     with pytest.raises(ValueError, match=r"^MyCrop: crop \(y0, x0, h, w\) = \(0, 1, 1, 1\) is outside the 1x1 image$"):
         image.crop(0, 1, 1, 1)
+
+
+def test_a_resize_of_a_very_thin_image_past_the_pixel_limit_is_refused_before_any_allocation():
+    """tensorpack's fallback (shortest edge to 224) makes a 1x100000 image 224 x 22400000: 5 GB."""
+    from inputpipe.dataflow import image_limits
+    thin = np.zeros((1, 100000, 3), np.uint8)
+    for augmentor in (imgaug.GoogleNetRandomCropAndResize(), imgaug.ResizeShortestEdge(224)):
+        with pytest.raises(image_limits.ImageTooLargeError,
+                           match=r"^ResizeTransform: resizing an image of shape \(1, 100000\) \(h, w\) to "
+                                 r"\(224, 22400000\) would make 5017600000 pixels, over the limit of 268435456"):
+            _ready(augmentor, 0).augment(thin)
+    assert imgaug.ResizeShortestEdge(224).augment(np.zeros((1, 300, 3), np.uint8)).shape == (224, 67200, 3)

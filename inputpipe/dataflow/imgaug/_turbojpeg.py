@@ -32,7 +32,7 @@ import numpy as np
 from ...utils.compat import distribution_files
 from ...utils.logger import get_logger
 
-__all__ = ["turbojpeg", "TurboJpeg", "JpegHeader", "TurboJpegError"]
+__all__ = ["turbojpeg", "TurboJpeg", "JpegHeader", "TurboJpegError", "TurboJpegWarning"]
 
 logger = get_logger(__name__)
 

@@ -25,6 +25,7 @@ import numpy as np
 from ._cv2 import BORDER_CONSTANT, INTER_LINEAR, MAX_OPENCV_CHANNELS, OPENCV_DTYPES, apply_per_channel, import_cv2
 from .base import ImageAugmentor, default_repr
 from .encoded import EncodedImage
+from .. import image_limits
 from ..tensorpack_helpers import log_once  # noqa: F401  (tensorpack's imgaug.transform has it, outside __all__)
 
 __all__ = [
@@ -155,6 +156,13 @@ class ResizeTransform(Transform):
         if new_h < 1 or new_w < 1:
             raise ValueError("ResizeTransform: the new size (h, w) must be at least (1, 1), got {}".format(
                 (new_h, new_w)))
+        limit = image_limits.MAX_IMAGE_PIXELS
+        if limit is not None and new_h * new_w > limit:
+            # e.g. a 1x100000 image whose shortest edge is resized to 224: 224 x 22400000
+            raise image_limits.ImageTooLargeError(
+                "ResizeTransform: resizing an image of shape {} (h, w) to {} would make {} pixels, over the limit of "
+                "{} (image_limits.MAX_IMAGE_PIXELS); is the image that thin?".format(
+                    (h, w), (new_h, new_w), new_h * new_w, limit))
         self._init(locals())
 
     def apply_image(self, img: np.ndarray) -> np.ndarray:
