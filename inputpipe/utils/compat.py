@@ -20,7 +20,6 @@ import contextlib
 import errno
 import gzip
 import hashlib
-import importlib.util
 import io
 import inspect
 import mmap
@@ -153,7 +152,7 @@ def distribution_files(name: str) -> List[Any]:
 def pickle_loads(data: bytes) -> Any:
     """``pickle.loads`` that also reads pickles written on a newer stack: protocol 5 on Python 3.7
     (through the ``pickle5`` backport where it is installed; else pickle's own error) and numpy 2's
-    module paths (``numpy._core``) with a numpy 1.x too old to alias them itself (before 1.26).
+    module paths (``numpy._core``) with numpy 1.x (which has at most some of them).
 
     Example::
 
@@ -192,8 +191,10 @@ def npz_array(archive: Any, name: str) -> Any:
 
 
 def _numpy_lacks_core() -> bool:
-    """Whether numpy is too old (< 1.26) to import numpy 2's ``numpy._core`` paths."""
-    return importlib.util.find_spec("numpy._core") is None
+    """Whether numpy is 1.x, which has no (or, from 1.26, only some) of numpy 2's ``numpy._core``
+    modules: ``numpy.core`` holds what they name."""
+    import numpy as np
+    return np.lib.NumpyVersion(np.__version__) < "2.0.0"
 
 
 # ---- TensorFlow ----------------------------------------------------------------------------------
