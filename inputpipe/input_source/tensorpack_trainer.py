@@ -64,7 +64,7 @@ def register_input_sources(tensorpack_input_source: ModuleType, inputpipe_input_
     sys.modules[_TENSORPACK_BASE].ProxyInputSource.register(ProxyInputSource)
 
 
-def wrap_default_prefetch(tensorpack_interface: ModuleType, inputpipe_input_source: ModuleType) -> None:
+def wrap_default_prefetch(tensorpack_interface: Any, inputpipe_input_source: ModuleType) -> None:
     """Make ``launch_train_with_config`` stage an inputpipe ``QueueInput`` with inputpipe's
     ``StagingInput`` on a multi-GPU trainer (everything else goes to tensorpack's rule).
 
@@ -122,6 +122,7 @@ def _refuse_foreign_staging(source: Any, trainer: Any) -> None:
     """An inputpipe source inside tensorpack's ``StagingInput``: tensorpack's staging callback runs
     the source's ops outside its hooks (its prefill, and its stage op in the steps), so what the
     source promises (checked steps, the saved position) would not hold. Refused, with the fix."""
+    name = source.name
     registered = getattr(getattr(trainer, "_callbacks", None), "cbs", None) or []
     for callback in registered:
         staging = getattr(callback, "_input", None)
@@ -129,7 +130,7 @@ def _refuse_foreign_staging(source: Any, trainer: Any) -> None:
             raise InputSourceError(
                 "{name}: inputpipe's {name} is inside tensorpack's StagingInput, which runs its queue outside inputpipe's "
                 "hooks; use inputpipe's StagingInput: `from inputpipe.input_source import StagingInput` and "
-                "TrainConfig(data=StagingInput({name}(...)))".format(name=source.name))
+                "TrainConfig(data=StagingInput({name}(...)))".format(name=name))
 
 
 class _HookCallbackMethods:
@@ -145,7 +146,7 @@ class _HookCallbackMethods:
         self._in_trainer = False
 
     def __repr__(self) -> str:
-        return "<{} of {}>".format(type(self.hook).__name__, self.source.name)
+        return "<{} of {}>".format(type(self.hook).__name__, getattr(self.source, "name", "?"))
 
     # tensorpack's Callback protocol (tensorpack's trainer, InferenceRunner)
     def setup_graph(self, trainer: Any) -> None:
