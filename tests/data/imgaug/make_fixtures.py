@@ -1,8 +1,14 @@
 """Make tensorpack_outputs.npz: tensorpack 0.11's augmentor outputs, for tests/test_imgaug_core_fixtures.py.
 
-Run with the tensorpack side environment (not inputpipe's):
+Run with the tensorpack side environment (not inputpipe's), once per OpenCV major:
 
-    /opt/tpvenv/bin/python tests/data/imgaug/make_fixtures.py
+    /opt/tpvenv/bin/python tests/data/imgaug/make_fixtures.py      # OpenCV 5: tensorpack_outputs.npz
+    /tmp/tpci/bin/python tests/data/imgaug/make_fixtures.py        # OpenCV 4: tensorpack_outputs_opencv4.npz
+
+(/tmp/tpci is made by ``.ci/tensorpack.sh install /tmp/tpci``: TF 2.15, numpy 1.x, OpenCV 4.11.)
+OpenCV 4 and 5 interpolate differently in the last bit (resizes with INTER_LINEAR/INTER_CUBIC,
+rotations and affine warps), and tensorpack's pixels are OpenCV's, so each major has its file:
+the test compares with the one of the OpenCV it runs on.
 
 Each case is (augmentor expression, image name, seed). The expression is evaluated with
 ``imgaug`` and ``cv2`` in scope, by this script under tensorpack and by the test under inputpipe.
@@ -19,7 +25,9 @@ import numpy as np
 from tensorpack.dataflow import imgaug
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUTPUT = os.path.join(HERE, "tensorpack_outputs.npz")
+OPENCV_MAJOR = int(cv2.__version__.split(".")[0])
+OUTPUT = os.path.join(HERE, "tensorpack_outputs.npz" if OPENCV_MAJOR >= 5 else
+                      "tensorpack_outputs_opencv{}.npz".format(OPENCV_MAJOR))
 
 # Points (x, y) in continuous image coordinates, inside a 13x17 image.
 POINTS = np.array([[0.5, 0.5], [16.5, 0.5], [3.25, 9.75], [8.0, 6.0], [16.5, 12.5]], dtype=np.float32)
