@@ -192,3 +192,32 @@ def test_the_example_runs_its_cycles_and_prints_the_summary(tmp_path):
     assert "the model's own step (constant input)" in proc.stdout
     assert "cycle 2/2: accuracy" in proc.stdout and "examples/s (training)" in proc.stdout
     assert len(os.listdir(tmp_path / "train")) == 200
+
+
+def test_tpu_estimator_without_a_tpu_as_bert_runs_on_gpus(tmp_path, estimator_writers):
+    """TPUEstimator(use_tpu=False) insists on an input_fn taking params (for params["batch_size"])."""
+    tpu = tf.compat.v1.estimator.tpu
+    log = []
+
+    def model_fn(features, labels, mode, params):
+        weight = tf.compat.v1.get_variable("w", [2, 1])
+        recorded = tf.numpy_function(lambda ids: log.append((mode, ids.tolist())) or np.int64(0), [labels], tf.int64)
+        with tf.control_dependencies([recorded]):
+            loss = tf.reduce_mean(tf.matmul(features["x"], weight))
+        step = tf.compat.v1.train.get_or_create_global_step()
+        if mode == tf.estimator.ModeKeys.TRAIN:
+            train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step)
+            return tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+        return tpu.TPUEstimatorSpec(mode, loss=loss)
+
+    estimator = tpu.TPUEstimator(model_fn=model_fn, config=tpu.RunConfig(model_dir=str(tmp_path)), use_tpu=False,
+                                 train_batch_size=10, eval_batch_size=10)
+    with EstimatorInput(BatchData(DataFromList([with_x(i) for i in range(100)], shuffle=False), 10), SPECS,
+                        labels="id") as train, \
+            EstimatorInput(BatchData(DataFromList([with_x(i) for i in range(25)], shuffle=False), 10, remainder=True),
+                           SPECS, labels="id") as evaluation:
+        for _ in range(2):
+            estimator.train(train.input_fn, steps=3, hooks=train.hooks)
+            estimator.evaluate(evaluation.input_fn, hooks=evaluation.hooks)
+    assert [i for mode, ids in log if mode == "train" for i in ids] == list(range(60))
+    assert [i for mode, ids in log if mode == "eval" for i in ids] == list(range(25)) * 2

@@ -154,11 +154,14 @@ class EstimatorInput:
         self._finalizer = weakref.finalize(self, _shut_down, [None])
 
     # -- public --------------------------------------------------------------------------------
-    def input_fn(self, mode: Optional[str] = None, input_context: Any = None) -> Tuple[Any, Any]:
+    def input_fn(self, mode: Optional[str] = None, params: Any = None, config: Any = None,
+                 input_context: Any = None) -> Tuple[Any, Any]:
         """The ``input_fn`` to give ``Estimator.train/evaluate/predict`` or a ``TrainSpec``/``EvalSpec``
         (Estimator passes ``mode``; called without one it serves training). Returns
         ``(features, labels)`` built in the default graph; a second call in the same graph returns
-        the same tensors."""
+        the same tensors. ``params`` and ``config`` are taken and not used (``TPUEstimator``, also
+        with ``use_tpu=False``, requires an ``input_fn`` that takes ``params``: the batch size is
+        the DataFlow's)."""
         if input_context is not None:
             raise NotImplementedError(
                 "{}: Estimator with a distribution strategy asks input_fn for a tf.data.Dataset per replica; "
