@@ -13,6 +13,7 @@ import gzip
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -268,6 +269,27 @@ def test_inputpipes_queue_inside_tensorpacks_staging_is_refused_with_the_fix(mni
                        "tensorpack-staging", expect_failure=True)
     assert ("InputSourceError: QueueInput: inputpipe's QueueInput is inside tensorpack's StagingInput, which runs its "
             "queue outside inputpipe's hooks; use inputpipe's StagingInput") in proc.stderr
+
+
+# ------------------------------------------------------------------------------------ the guide
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_migration_guides_tensorpack_blocks_train_and_continue(tmp_path):
+    # the blocks of docs/migrating.md that need tensorpack (marked "not run" for tests/test_doc_snippets.py)
+    text = "\n" + (REPO / "docs" / "migrating.md").read_text(encoding="utf-8")
+    blocks = [m.group(2) for m in re.finditer(r"([^\n]*)\n```python\n(.*?)```", text, re.S)
+              if "not run" in m.group(1) and "tests/test_tensorpack_trainer.py" in m.group(1)]
+    assert len(blocks) == 2
+    script = tmp_path / "guide.py"
+    script.write_text("\n".join(blocks), encoding="utf-8")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    # 2 epochs of 8 batches of 32 saved, then one more epoch on top of the restored step
+    assert "'position': 256, 'size': 256" in proc.stdout
+    assert "global_step 16) finished" in proc.stdout and "global_step 24) finished" in proc.stdout
 
 
 # --------------------------------------------------- the other direction: tensorpack's in inputpipe
