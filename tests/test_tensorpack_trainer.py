@@ -34,6 +34,7 @@ if not hasattr(tf.compat.v1, "layers") or tf.__version__ >= "2.16":
 
 import tensorpack  # noqa: E402
 from tensorpack.callbacks import CallbackFactory  # noqa: E402
+from tensorpack.callbacks.group import Callbacks  # noqa: E402
 from tensorpack.dataflow import DataFromList as TensorpackDataFromList  # noqa: E402
 from tensorpack.dataflow import MapData as TensorpackMapData  # noqa: E402
 
@@ -178,6 +179,26 @@ def test_setup_returns_hooks_that_are_tensorpack_callbacks_and_run_in_a_plain_se
         assert isinstance(callback, tf.compat.v1.train.SessionRunHook) and not callback.chief_only
     with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
         assert [int(run(x)) for _ in range(4)] == [0, 1, 2, 3]
+
+
+def test_in_tensorpacks_callback_protocol_a_run_fetching_nothing_of_its_own_takes_a_batch():
+    # InferenceRunner's way: hooked_sess.run(fetches=[]) while its inferencers fetch the outputs
+    from tensorflow.python.training.monitored_session import _HookedSession
+
+    source = QueueInput(DataFromList([[i] for i in range(6)], shuffle=False), infinite=False)
+    with tf.Graph().as_default() as graph:
+        callbacks = Callbacks(source.setup(SPECS))
+        x, = source.get_input_tensors()
+        callbacks.setup_graph(None)
+    with tf.compat.v1.Session(graph=graph) as sess:
+        with sess.as_default():
+            callbacks.before_train()
+        hooked = _HookedSession(sess, callbacks.get_hooks())
+        taken = [int(hooked.run(x)), hooked.run([]), int(hooked.run(x)), int(hooked.run({"x": x})["x"])]
+        with sess.as_default():
+            callbacks.after_train()
+    assert taken == [0, [], 2, 3]
+    assert source.stats.summary()["steps"] == 4
 
 
 def test_launch_train_with_config_stages_inputpipes_queue_with_inputpipes_staging():

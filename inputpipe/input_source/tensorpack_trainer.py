@@ -114,8 +114,11 @@ def _callback_class(tensorpack_callback: type) -> type:
 
 
 def _fetches_nothing(run_context: Any) -> bool:
+    """Whether the run asks for nothing of its own (``fetches=[]``, no feeds)."""
     args = run_context.original_args
-    return not args.fetches and not args.feed_dict
+    fetches = args.fetches
+    empty = fetches is None or (isinstance(fetches, (list, tuple, dict)) and len(fetches) == 0)
+    return empty and not args.feed_dict
 
 
 def _refuse_foreign_staging(source: Any, trainer: Any) -> None:
