@@ -30,8 +30,11 @@ SCAN = GOOD.index(b"\xff\xda")
 
 @pytest.fixture(autouse=True)
 def strict_by_default(monkeypatch):
-    """Every test starts in the default mode, and leaves the process and the environment as it was."""
-    monkeypatch.delenv(image_damage.DECODING_VARIABLE, raising=False)
+    """Every test starts in the default mode, and leaves the process and the environment as it was
+    (set first so that monkeypatch records the variable's absence too: a delenv of an absent variable
+    records nothing, and the mode a test set leaked into later tests' subprocesses)."""
+    monkeypatch.setenv(image_damage.DECODING_VARIABLE, "strict")
+    monkeypatch.delenv(image_damage.DECODING_VARIABLE)
     monkeypatch.setattr(image_damage, "_mode", ["strict"])
 
 
