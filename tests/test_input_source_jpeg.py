@@ -151,6 +151,13 @@ def test_the_same_augmentors_give_the_same_crops_in_python_and_in_the_graph():
 
 WIDE = [tf.TensorSpec([None, 40, 96, 3], tf.uint8, "image"), tf.TensorSpec([None], tf.int64, "label")]
 
+# How far TensorFlow's bilinear resize of a DCT-scaled window may be from the fused path's (OpenCV's
+# cv2.resize of the same DCT-scaled pixels), in mean levels. OpenCV 5 resizes uint8 as TF does (a
+# mean difference under 0.001 measured); OpenCV 4 (the TF 2.15 stack's, with numpy 1.x) computes the
+# bilinear weights in 11-bit fixed point and rounds otherwise: 0.04 to 0.09 measured on the same
+# pixels (TF's output identical on TF 2.15 and the current TF; only OpenCV's moved).
+FUSED_MEAN_TOLERANCE = 0.05 if int(cv2.__version__.split(".")[0]) >= 5 else 0.15
+
 
 @TF2_PIXELS
 def test_non_square_windows_and_outputs_are_decoded_at_the_ratio_each_side_allows():
@@ -171,7 +178,7 @@ def test_non_square_windows_and_outputs_are_decoded_at_the_ratio_each_side_allow
             else:                               # a DCT ratio of 2: the fused path's pixels, sampled alike
                 y, x = window[:2]
                 fused = EncodedImage(data).crop(y, x, h, w).resized(40, 96, cv2.INTER_LINEAR)
-                assert np.abs(image.astype(int) - fused).mean() < 0.05, (h, w)
+                assert np.abs(image.astype(int) - fused).mean() < FUSED_MEAN_TOLERANCE, (h, w)
 
 
 @pytest.mark.parametrize("augmentors", [
