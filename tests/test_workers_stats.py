@@ -38,7 +38,8 @@ def identity(dp):
 
 
 def _busy_shares(df, seconds, consumer_sleep=0.0):
-    """Iterate ``df`` for ``seconds``; each worker's busy share of that time and the items made."""
+    """Iterate ``df`` for ``seconds``; each worker's busy share of that time, the items made and the
+    time it took."""
     it = iter(df)
     next(it)
     before = {s["rank"]: s for s in df.worker_stats()}
@@ -51,7 +52,7 @@ def _busy_shares(df, seconds, consumer_sleep=0.0):
     elapsed = time.perf_counter() - start
     after = df.worker_stats()
     return ([(s["busy_seconds"] - before[s["rank"]]["busy_seconds"]) / elapsed for s in after],
-            [s["items"] - before[s["rank"]]["items"] for s in after])
+            [s["items"] - before[s["rank"]]["items"] for s in after], elapsed)
 
 
 BUSY = [
@@ -75,10 +76,15 @@ def test_workers_doing_20ms_of_work_per_item_are_reported_busy(make):
     assert df.worker_stats() == []
     df.reset_state()
     with df:
-        shares, items = _busy_shares(df, 1.0)
+        shares, items, elapsed = _busy_shares(df, 1.0)
     assert len(shares) == 2
-    assert all(share > 0.8 for share in shares), shares
     assert all(n >= 10 for n in items), items          # about 50 each: 20 ms per item for 1 s
+    # Every item's 20 ms are counted as busy (give or take the one item in flight at each reading):
+    # about all of the time on a quiet machine. On a busy one a worker really does wait while the
+    # consumer is not scheduled, so the share of wall time is not asserted (over-counting is caught by
+    # the idle test below).
+    busy = [share * elapsed for share in shares]
+    assert all(seconds >= 0.02 * (n - 1) for seconds, n in zip(busy, items)), (busy, items)
     assert [s["rank"] for s in df.worker_stats()] == [0, 1]   # the last values after close()
 
 
@@ -88,7 +94,7 @@ def test_workers_waiting_for_a_slow_consumer_are_reported_idle(make):
     df = make()
     df.reset_state()
     with df:
-        shares, items = _busy_shares(df, 1.0, consumer_sleep=0.02)
+        shares, items, _ = _busy_shares(df, 1.0, consumer_sleep=0.02)
     assert all(share < 0.2 for share in shares), shares
     assert 20 <= sum(items) <= 80, items              # the consumer took about 50
 
