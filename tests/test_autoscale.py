@@ -14,10 +14,10 @@ import tensorflow as tf
 from inputpipe.dataflow import (Autoscale, DataFlow, MultiProcessMapAndBatchData, MultiProcessMapData,
                                 MultiProcessRunner, MultiProcessRunnerZMQ, MultiThreadMapData, MultiThreadRunner,
                                 PrefetchDataZMQ, ThreadedMapData)
-from inputpipe.dataflow._resizable import ResizableStage
 from inputpipe.dataflow.autoscale import auto_stages, stage_name
 from inputpipe.input_source import QueueInput, hooked_session
 from inputpipe.utils import resources
+from autoscale_helpers import ModelStage, virtual_clock
 from dataflow_helpers import Indexed
 from input_source_helpers import SPECS
 
@@ -44,6 +44,11 @@ def no_budget_override():
     resources.set_budget()
     yield
     resources.set_budget()
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    yield from virtual_clock(monkeypatch)
 
 
 def iterate(df, seconds, consumer_sleep=0.0, until=None):
@@ -146,79 +151,6 @@ def test_a_stage_under_a_slow_consumer_shrinks(cls):
     assert all(change.reason.startswith("shrink: the consumer waited") for change in df.worker_count_history()[1:])
 
 
-class ModelStage(ResizableStage):
-    """A stage whose numbers come from a model, on a virtual clock: each worker maps
-    ``per_worker`` datapoints/s, at most ``ceiling``/s come out whatever the workers (e.g. the
-    GIL), the consumer takes at most ``consumer``/s. The controller's rules are checked on it
-    without timing noise."""
-
-    _worker_kind = "threads"
-
-    def __init__(self, settings, per_worker, consumer, ceiling=float("inf"), clock=None):
-        self.workers = self._init_workers("ModelStage", "num_thread", settings)
-        self.per_worker, self.consumer, self.ceiling = per_worker, consumer, ceiling
-        self.busy = self.items = self.cpu = 0.0
-        self.clock = clock
-        clock.stages.append(self)
-        self.changed_at = []
-        self._begin_scaling()
-
-    def _active_workers(self):
-        return self.workers
-
-    def close(self):
-        self._end_scaling()
-
-    def _grow_one(self):
-        self.workers += 1
-        return True
-
-    def _shrink_one(self):
-        self.workers -= 1
-        return True
-
-    def _scaling_counters(self):
-        return self.busy, self.items
-
-    def _scaling_cpu_seconds(self):
-        return self.cpu
-
-    def run_for(self, seconds, step=0.05):
-        """Advance the virtual clock, running the controller whenever it is due."""
-        for _ in range(int(round(seconds / step))):
-            delivered = min(self.workers * self.per_worker, self.ceiling, self.consumer)
-            self.items += delivered * step
-            self.busy += (self.workers if delivered == self.ceiling else delivered / self.per_worker) * step
-            self.cpu += min(1.0, delivered / self.per_worker) * 0.01 * step      # threads waiting for I/O
-            self._waited += step * (1.0 - delivered / self.consumer)
-            self.clock.now += step
-            if self.clock.now >= self._scaling.due:
-                changes = len(self.worker_count_history())
-                self._scaling.run()
-                if len(self.worker_count_history()) > changes:
-                    self.changed_at.append(self.clock.now)
-
-
-class VirtualClock:
-    def __init__(self):
-        self.now = 1000.0
-        self.stages = []
-
-    def monotonic(self):
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    from inputpipe.dataflow import autoscale
-
-    virtual = VirtualClock()
-    monkeypatch.setattr(autoscale, "_monotonic", virtual.monotonic)
-    yield virtual
-    for stage in virtual.stages:
-        stage.close()
-
-
 def test_model_a_stage_grows_toward_the_consumers_rate_at_most_doubling(clock):
     stage = ModelStage(Autoscale(interval=0.5, cpu_budget=4), per_worker=50, consumer=400, clock=clock)
     stage.run_for(6.0)
@@ -252,19 +184,40 @@ def test_model_a_stage_under_a_slow_consumer_shrinks_one_at_a_time_with_settling
 
 # -------------------------------------------------------------------------------- the budgets
 
-def test_never_more_worker_processes_than_the_cpu_budget():
-    df = MultiProcessMapData(Forever(), Autoscale(interval=0.05, cpu_budget=2), sleep_20ms, buffer_size="auto")
+def spin_5ms(dp):
+    end = time.thread_time() + 0.005          # CPU work: 5 ms of this process' CPU, whatever the load
+    while time.thread_time() < end:
+        pass
+    return dp
+
+
+def test_cpu_bound_worker_processes_never_exceed_the_cpu_budget():
+    # each process works on a CPU all its working time (a share of 1, the waits for a CPU that
+    # other programs hold taken out): one per CPU of the budget, however long the consumer waits
+    df = MultiProcessMapData(Forever(), Autoscale(interval=0.05, cpu_budget=2), spin_5ms, buffer_size="auto")
     df.reset_state()
     with df:
-        iterate(df, 1.0)
-    assert max(counts(df)) == 2 == df.num_workers
+        iterate(df, 1.5)
+    assert max(counts(df)) <= 2 and df.num_workers <= 2
     resources.set_budget(cpus=1)                     # the process-wide budget, read by "auto"
-    df = MultiProcessMapData(Forever(), "auto", sleep_20ms, buffer_size="auto")
+    df = MultiProcessMapData(Forever(), "auto", spin_5ms, buffer_size="auto")
     df.reset_state()
     with df:
         df._controller.settings.interval = 0.05
-        iterate(df, 1.0)
+        iterate(df, 1.5)
     assert counts(df) == [1] and df.num_workers == 1 and len(df.worker_pids) == 1
+
+
+def test_worker_processes_that_wait_outnumber_the_cpus():
+    # a process that sleeps uses almost no CPU: charged an eighth of one at least, so a budget of
+    # one CPU takes up to 8 of them (it was one process per CPU before the CPU share was measured)
+    df = MultiProcessMapData(Forever(), Autoscale(interval=0.05, cpu_budget=1), sleep_20ms, buffer_size="auto")
+    df.reset_state()
+    with df:
+        iterate(df, 10.0, until=lambda d: d.num_workers > 2)
+    assert 2 < max(counts(df)) <= 8
+    grown = [c for c in df.worker_count_history()[1:] if c.reason.startswith("grow")]
+    assert grown and all(c.workers <= 8 for c in grown)
 
 
 @pytest.mark.parametrize("memory_budget", [True, False], ids=["memory budget", "no memory budget"])
@@ -272,8 +225,8 @@ def test_auto_stages_of_one_process_share_the_cpu_budget(memory_budget, monkeypa
     resources.set_budget(cpus=3)
     if not memory_budget:                  # a system that does not say how much memory is available
         monkeypatch.setattr(resources, "memory_budget", lambda: None)
-    inner = MultiProcessMapData(Forever(), Autoscale(interval=0.05), sleep_20ms, buffer_size="auto")
-    outer = MultiProcessMapData(inner, Autoscale(interval=0.05), sleep_20ms, buffer_size="auto")
+    inner = MultiProcessMapData(Forever(), Autoscale(interval=0.05), spin_5ms, buffer_size="auto")
+    outer = MultiProcessMapData(inner, Autoscale(interval=0.05), spin_5ms, buffer_size="auto")
     outer.reset_state()
     with outer, inner:
         seen = []
@@ -283,7 +236,7 @@ def test_auto_stages_of_one_process_share_the_cpu_budget(memory_budget, monkeypa
             next(itr)
             seen.append(inner.num_workers + outer.num_workers)
         itr.close()
-    assert max(seen) <= 3
+    assert max(seen) <= 3                  # CPU-bound: each worker takes a whole CPU of the 3
     if memory_budget:                      # one each until the size of their datapoints is known
         assert counts(inner)[0] == 1 and counts(outer)[0] == 1
     else:                                  # min(2, budget), the second to start what the first left

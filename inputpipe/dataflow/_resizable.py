@@ -15,7 +15,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 from ..utils.logger import get_logger
 from .autoscale import HISTORY_LIMIT, Autoscale, Controller, WorkerCountChange, _Registry, stage_name, worker_count
 
-__all__ = ["ResizableStage", "CpuSeconds"]
+__all__ = ["ResizableStage", "WorkerClocks"]
 
 logger = get_logger(__name__)
 
@@ -36,26 +36,29 @@ class _Request:
             stage._resize_to(requested, "requested")
 
 
-class CpuSeconds:
-    """The CPU seconds a changing set of workers used so far: each worker's last reading is
-    kept after it ended, so the total only grows.
+class WorkerClocks:
+    """The seconds a changing set of workers spent on a CPU and waiting for one so far, from
+    ``reader(worker id) -> (CPU seconds, run-queue seconds)``: each worker's last reading is
+    kept after it ended, so the totals only grow.
 
     Example::
 
-        cpu = CpuSeconds(process_cpu_seconds)
-        cpu.total(pool.pids)
+        clocks = WorkerClocks(process_schedstat)
+        cpu, runqueue = clocks.total(pool.pids)
     """
 
-    def __init__(self, reader: Callable[[int], Optional[float]]):
+    def __init__(self, reader: Callable[[int], Optional[Tuple[float, float]]]):
         self._reader = reader
-        self._last: Dict[int, float] = {}
+        self._last: Dict[int, Tuple[float, float]] = {}
 
-    def total(self, ids: List[int]) -> Optional[float]:
+    def total(self, ids: List[int]) -> Tuple[Optional[float], Optional[float]]:
         for worker in ids:
             value = self._reader(worker)
             if value is not None:
                 self._last[worker] = value
-        return sum(self._last.values()) if self._last else None
+        if not self._last:
+            return None, None
+        return sum(v[0] for v in self._last.values()), sum(v[1] for v in self._last.values())
 
 
 class ResizableStage:
@@ -65,7 +68,7 @@ class ResizableStage:
     The flow provides ``_active_workers()``, ``_grow_one()``, ``_shrink_one()`` (each returns
     whether it changed anything), ``_scaling_counters()`` (cumulative busy seconds and items of
     all its workers), and may override ``_scaling_memory()``, ``_memory_measured()``,
-    ``_scaling_cpu_seconds()``, ``_workers_starting()`` and ``_worker_capacity()``. It adds the seconds its consumer waited
+    ``_scaling_cpu()``, ``_workers_starting()`` and ``_worker_capacity()``. It adds the seconds its consumer waited
     for a result to ``_waited`` and calls ``_scaling.run()`` when ``time.monotonic() >=
     _scaling.due`` (``_scaling`` is None for a pinned stage).
 
@@ -190,9 +193,11 @@ class ResizableStage:
         """``(bytes the stage's workers and buffers hold, bytes one more worker would add)``."""
         return 0, 0
 
-    def _scaling_cpu_seconds(self) -> Optional[float]:
-        """CPU seconds the workers used so far (None when unknown)."""
-        return None
+    def _scaling_cpu(self) -> Tuple[Optional[float], Optional[float]]:
+        """``(CPU seconds, run-queue seconds)`` of the workers so far: the time they ran on a CPU
+        and the time they waited, runnable, for a CPU held by other work (taken out of their busy
+        time when their CPU share is measured); None for what is unknown."""
+        return None, None
 
     def _memory_measured(self) -> bool:
         """Whether :meth:`_scaling_memory` has measured a result (before that, what one more

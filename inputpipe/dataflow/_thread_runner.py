@@ -21,9 +21,9 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 from ..utils.arguments import no_other_arguments, renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import error_from_exception
-from ..utils.resources import thread_cpu_seconds
+from ..utils.resources import thread_schedstat
 from ._helpers import empty_epoch_error as _empty_epoch_error, int_at_least_one as _check_positive
-from ._resizable import CpuSeconds, ResizableStage
+from ._resizable import ResizableStage, WorkerClocks
 from .base import DataFlow, DataFlowReentrantGuard, call_len, empty_passes_mean_stuck, get_length, raise_if_stopping
 
 __all__ = ["MultiThreadRunner"]
@@ -109,7 +109,7 @@ class MultiThreadRunner(ResizableStage, DataFlow):
         self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=num_prefetch)
         self._failures: List[Tuple[str, BaseException]] = []   # (thread name, error)
         self._threads: List[_CopyThread] = []    # by rank, retired ones too (their statistics)
-        self._cpu = CpuSeconds(thread_cpu_seconds)
+        self._clocks = WorkerClocks(thread_schedstat)
         self._guard = DataFlowReentrantGuard(name)
         self._finalizer: Optional[weakref.finalize] = None
 
@@ -163,8 +163,8 @@ class MultiThreadRunner(ResizableStage, DataFlow):
     def _scaling_counters(self) -> Tuple[float, int]:
         return sum(t.busy_seconds for t in self._threads), sum(t.items for t in self._threads)
 
-    def _scaling_cpu_seconds(self) -> Optional[float]:
-        return self._cpu.total([t.native_id for t in self._threads if t.native_id is not None and t.is_alive()])
+    def _scaling_cpu(self) -> Tuple[Optional[float], Optional[float]]:
+        return self._clocks.total([t.native_id for t in self._threads if t.native_id is not None and t.is_alive()])
 
     def worker_stats(self) -> List[dict]:
         """One dict per thread, cumulative since ``reset_state()``:

@@ -14,8 +14,11 @@ idle (the trainer needs those CPUs), and undoes a growth that did not make the s
 After a change it lets the workers settle for an interval before it measures again.
 
 It never exceeds the budget of :mod:`inputpipe.utils.resources`, shared by every auto stage of
-the process: worker processes count one CPU each, threads count the CPU they were measured to
-use (threads that wait for I/O take little), and the workers' own memory (``/proc``) plus the
+the process: a worker, process or thread, counts for its measured CPU share (the CPU it uses over
+the time it works, without the time it waited for a CPU held by other work: a process that waits
+for I/O two thirds of its time costs a third of a CPU), so workers that wait may outnumber the
+CPUs until their shares fill the budget; when the work turns CPU-bound and the workers' shares
+add up to well over the budget, the stage shrinks. The workers' own memory (``/proc``) plus the
 results in flight stay under the memory budget. An explicit number pins a stage; a pinned or an
 auto stage can also be set by hand with ``set_num_workers(n)``. Changing the count keeps every
 guarantee of the stage: each datapoint once, the order of ordered maps, resumable state and
@@ -61,13 +64,24 @@ BLOCKED_INTERVALS = 20
 TASKS_PER_INTERVAL = 3
 #: Changes kept in a stage's history (the oldest are dropped).
 HISTORY_LIMIT = 1000
-#: Threads of an auto thread stage per CPU of the budget, at most (threads waiting for I/O).
-THREADS_PER_CPU = 8
+#: Workers of an auto stage per CPU of the budget, at most (workers that wait: each is charged
+#: at least :data:`~inputpipe.utils.resources.MIN_CPU_SHARE` of a CPU).
+WORKERS_PER_CPU = int(round(1 / resources.MIN_CPU_SHARE))
+#: Workers whose CPU shares add up to this much more than the budget shrink (the work turned
+#: CPU-bound); below it they only stop growing (a margin for the shares' jitter).
+OVER_BUDGET = 1.25
+#: The workers' CPU share is measured again once they have worked this many seconds since it
+#: was last measured (over one interval or several).
+SHARE_MIN_BUSY_SECONDS = 0.1
 #: An auto stage without a memory budget starts with this many workers (fewer when the CPU
 #: budget is smaller); under a memory budget it starts with one.
 START_WORKERS = 2
 #: Seconds between readings of the system's CPU budget (the memory budget is read once).
 BUDGET_REFRESH = 10.0
+
+
+#: ``(time, waited, busy seconds, items, CPU seconds, run-queue seconds)``, cumulative.
+_Sample = Tuple[float, float, float, int, Optional[float], Optional[float]]
 
 
 class WorkerCountChange(NamedTuple):
@@ -89,7 +103,10 @@ class Measurement(NamedTuple):
     ``busy_share`` (of the workers' time spent on work), ``delivered_per_s`` (results),
     ``demand_per_s`` (the results per second the consumer would take if it never waited; None
     when it only waited), ``task_seconds`` (a worker's mean time per task), ``cpus_used`` (CPUs
-    the workers used, None when unknown) and ``memory_bytes`` (the stage's workers and buffers)."""
+    the workers used, None when unknown), ``memory_bytes`` (the stage's workers and buffers) and
+    ``cpu_share`` (the share of the workers' working time spent on a CPU, without their waits for
+    a CPU held by other work; None when not measured: see
+    :func:`inputpipe.utils.resources.cpu_share`)."""
     seconds: float
     workers: int
     wait_share: float
@@ -99,6 +116,7 @@ class Measurement(NamedTuple):
     task_seconds: Optional[float]
     cpus_used: Optional[float]
     memory_bytes: int
+    cpu_share: Optional[float] = None
 
 
 class Autoscale:
@@ -177,23 +195,24 @@ class Autoscale:
         return self._system_budget
 
     def limit(self, kind: str) -> int:
-        """The most workers of this ``kind`` (``"processes"``, ``"threads"``, ``"actors"``)."""
+        """The most workers of this ``kind`` (``"processes"``, ``"threads"``, ``"actors"``):
+        ``max_workers``, else 8 per CPU of the budget for processes and threads (each is charged
+        its CPU share, at least an eighth of a CPU), 64 at most."""
         if self.max_workers is not None:
             return self.max_workers
-        cpus = self.cpus()
-        return min(64, THREADS_PER_CPU * cpus) if kind == "threads" else (64 if kind == "actors" else cpus)
+        return 64 if kind == "actors" else min(64, WORKERS_PER_CPU * self.cpus())
 
     def start_count(self, kind: str, claimed_cpus: float = 0.0) -> int:
         """Workers at start: ``start``; else one when a memory budget applies (nothing is known
         of the datapoints' size yet: the stage grows once it has measured them), and
-        ``min(2, budget)`` otherwise (for processes, the budget left by the ``claimed_cpus`` of
-        the other stages); within the range."""
+        ``min(2, budget)`` otherwise (for processes and threads, the budget left by the
+        ``claimed_cpus`` of the other stages); within the range."""
         if self.start is not None:
             count = self.start
         elif self.memory() is not None:
             count = 1
         else:
-            free = self.cpus() - (claimed_cpus if kind == "processes" else 0.0)
+            free = self.cpus() - (claimed_cpus if kind != "actors" else 0.0)
             count = min(START_WORKERS, int(math.floor(free + 1e-9)))
         return max(self.min_workers, min(count, self.limit(kind)))
 
@@ -296,38 +315,57 @@ class Controller:
         self._floor: Optional[Tuple[int, int]] = None
         self._task_seconds: Optional[float] = None
         self._per_worker_memory = 0
+        self._share: Optional[float] = None         # the workers' CPU share, smoothed over intervals
         self._base = self._sample()
+        self._share_base = self._base             # the sample the CPU share is measured from
         self.due = self._base[0] + settings.interval
-        if kind == "processes":
-            self.claimed_cpus = float(stage._active_workers())
+        self.claimed_cpus = self._charge(stage._active_workers())
         with _Registry.lock:
             _Registry.controllers.add(self)
 
     # -- measuring ------------------------------------------------------------------------------
-    def _sample(self) -> Tuple[float, float, float, int, Optional[float]]:
-        """``(time, waited, busy seconds, items, CPU seconds)`` of the stage, cumulative."""
+    def _sample(self) -> _Sample:
+        """``(time, waited, busy seconds, items, CPU seconds, run-queue seconds)`` of the stage,
+        cumulative."""
         busy, items = self.stage._scaling_counters()
-        return _monotonic(), self.stage._waited, busy, items, self.stage._scaling_cpu_seconds()
+        cpu, queued = self.stage._scaling_cpu()
+        return _monotonic(), self.stage._waited, busy, items, cpu, queued
 
-    def _measure(self, now: Tuple[float, float, float, int, Optional[float]]) -> Measurement:
-        t0, waited0, busy0, items0, cpu0 = self._base
-        t1, waited1, busy1, items1, cpu1 = now
+    def _measure(self, now: _Sample) -> Measurement:
+        t0, waited0, busy0, items0, cpu0, _ = self._base
+        t1, waited1, busy1, items1, cpu1, _ = now
         seconds = max(t1 - t0, 1e-9)
         workers = self.stage._active_workers()
         waited = min(max(waited1 - waited0, 0.0), seconds)
         items = max(items1 - items0, 0)
         busy = max(busy1 - busy0, 0.0)
         working = seconds - waited
+        cpu = None if cpu0 is None or cpu1 is None else max(0.0, cpu1 - cpu0)
         memory, self._per_worker_memory = self.stage._scaling_memory()
         return Measurement(
             seconds=seconds, workers=workers, wait_share=waited / seconds,
             busy_share=min(1.0, busy / (seconds * workers)), delivered_per_s=items / seconds,
             demand_per_s=items / working if items and working > 1e-3 else None,
             task_seconds=busy / items if items else None,
-            cpus_used=None if cpu0 is None or cpu1 is None else max(0.0, cpu1 - cpu0) / seconds,
-            memory_bytes=memory)
+            cpus_used=None if cpu is None else cpu / seconds, memory_bytes=memory, cpu_share=self._measure_share(now))
 
-    def _rebase(self, sample: Tuple[float, float, float, int, Optional[float]]) -> None:
+    def _measure_share(self, now: _Sample) -> Optional[float]:
+        """The workers' CPU share since it was last measured, once they have worked
+        :data:`SHARE_MIN_BUSY_SECONDS` since then (None before: the clocks' resolution)."""
+        _, _, busy0, _, cpu0, queued0 = self._share_base
+        _, _, busy1, _, cpu1, queued1 = now
+        if cpu0 is None or cpu1 is None or busy1 - busy0 < SHARE_MIN_BUSY_SECONDS:
+            return None
+        queued = max(0.0, queued1 - queued0) if queued0 is not None and queued1 is not None else 0.0
+        self._share_base = now
+        return resources.cpu_share(max(0.0, cpu1 - cpu0), busy1 - busy0, queued)
+
+    def _charge(self, workers: int) -> float:
+        """CPUs ``workers`` of this stage take from the budget: each its measured CPU share (one
+        CPU until measured); Ray actors take none here (the cluster places them)."""
+        return 0.0 if self.kind == "actors" else resources.cpu_charge(workers, self._share)
+
+    def _rebase(self, sample: _Sample) -> None:
         self._base = sample
         interval = self.settings.interval
         if self._task_seconds is not None and interval > 0:
@@ -363,6 +401,8 @@ class Controller:
         m = self._measure(sample)
         if m.task_seconds is not None:
             self._task_seconds = m.task_seconds
+        if m.cpu_share is not None:              # smoothed: one odd interval does not swing the count
+            self._share = m.cpu_share if self._share is None else 0.5 * (self._share + m.cpu_share)
         self._publish_claims(m)
         target, reason = self._decide(m)
         if target is not None:
@@ -428,15 +468,18 @@ class Controller:
         if settings.memory_budget is not None:
             other_memory = 0
         cpus = settings.cpus()
-        if self.kind == "processes":
-            allowed = int(math.floor(cpus - other_cpus + 1e-9))
-        elif self.kind == "threads" and m.cpus_used is not None and m.cpus_used / n > 0.05:
-            allowed = n + int(math.floor((cpus - other_cpus - m.cpus_used) / (m.cpus_used / n) + 1e-9))
-        else:
-            allowed = target
+        room = cpus - other_cpus
+        allowed = target if self.kind == "actors" else resources.workers_within(room, self._share)
+        if self.kind != "actors" and n > max(allowed, settings.min_workers) and \
+                self._charge(n) > OVER_BUDGET * max(room, 0.0):
+            # the work turned CPU-bound: its workers' shares add up to well over the budget
+            target = max(allowed, settings.min_workers, n // 2)
+            return target, "shrink: CPU budget: {} workers at a CPU share of {:.0%} take {:.1f} of {} CPUs".format(
+                n, self._share or 1.0, self._charge(n), _cpus(room))
         if target > max(allowed, settings.min_workers):
             target = max(allowed, settings.min_workers, min(n, target))
-            reason = "{} (CPU budget {})".format(reason, cpus)
+            reason = "{} (CPU budget {}{})".format(reason, _cpus(room), "" if self._share is None else
+                                                  ", a worker's CPU share {:.0%}".format(self._share))
         budget = settings.memory()
         if budget is not None and target > n and not self.stage._memory_measured():
             # what one more worker takes is not known before a result was measured
@@ -458,10 +501,7 @@ class Controller:
         return target, reason
 
     def _publish_claims(self, m: Measurement) -> None:
-        if self.kind == "processes":
-            self.claimed_cpus = float(m.workers)
-        elif self.kind == "threads":
-            self.claimed_cpus = m.cpus_used or 0.0
+        self.claimed_cpus = self._charge(m.workers)
         self.claimed_memory = m.memory_bytes
 
     def _change(self, target: int, reason: str, m: Optional[Measurement]) -> None:
@@ -471,14 +511,18 @@ class Controller:
         self.resize_seconds += time.thread_time() - started
         if after != before:
             self._settling = self.settings.settle_intervals
-            if m is not None and not reason.startswith("undo"):
+            if m is not None and not reason.startswith(("undo", "shrink: memory", "shrink: CPU budget")):
+                # (a shrink to the budget is not undone)
                 self._last_change = (before, after, m.delivered_per_s)
-            if self.kind == "processes":
-                self.claimed_cpus = float(after)
+            self.claimed_cpus = self._charge(after)
 
     def close(self) -> None:
         with _Registry.lock:
             _Registry.controllers.discard(self)
+
+
+def _cpus(value: float) -> str:
+    return "{:g}".format(round(value, 2))
 
 
 def _rate(value: float) -> str:

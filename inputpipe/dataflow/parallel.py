@@ -26,11 +26,11 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 from ..utils.arguments import no_other_arguments, renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread  # noqa: F401 - tensorpack has it here
 from ..utils.logger import get_logger
-from ..utils.resources import process_cpu_seconds, process_memory, process_private_memory
+from ..utils.resources import process_memory, process_private_memory, process_schedstat
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 from ._helpers import empty_epoch_error as _empty_epoch_error, int_at_least_one as _check_positive
 from ._state import IntRange, StatePlan, check_plain_state, two_phase
-from ._resizable import CpuSeconds, ResizableStage
+from ._resizable import ResizableStage, WorkerClocks
 from .autoscale import worker_count
 from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, StateMismatchError,
                    check_state, empty_passes_mean_stuck, get_length, is_resumable, raise_if_stopping)
@@ -210,7 +210,7 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ResizableStage, ProxyDataFlow):
         self._track = self.num_proc == 1 and not self.autoscaled and is_resumable(ds)
         self._pool = WorkerPool(name, _run_copy, num_proc, (ds, per_worker, max_bytes, self._track), start_method,
                                 shm_bytes)
-        self._cpu = CpuSeconds(process_cpu_seconds)
+        self._clocks = WorkerClocks(process_schedstat)
         self._received: Dict[int, int] = collections.defaultdict(int)
         self._generation = 0                 # of the worker's current pass; bumped by set_state()
         self._last_state: Optional[Dict[str, Any]] = None    # worker copy's state after the last datapoint
@@ -257,8 +257,8 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ResizableStage, ProxyDataFlow):
         stats = self._pool.worker_stats()
         return sum(s["busy_seconds"] for s in stats), sum(s["items"] for s in stats)
 
-    def _scaling_cpu_seconds(self) -> Optional[float]:
-        return self._cpu.total(self._pool.pids)
+    def _scaling_cpu(self) -> Tuple[Optional[float], Optional[float]]:
+        return self._clocks.total(self._pool.pids)
 
     def _memory_measured(self) -> bool:
         return bool(self._received)            # the workers' memory holds a datapoint made

@@ -30,11 +30,11 @@ from ..utils.arguments import renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import WorkerError, error_from_exception
 from ..utils.logger import get_logger
-from ..utils.resources import process_cpu_seconds, process_memory, process_private_memory, thread_cpu_seconds
+from ..utils.resources import process_memory, process_private_memory, process_schedstat, thread_schedstat
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 # the scheduler lives in ._map_scheduler; tensorpack-era code imports these from here
 from ._map_scheduler import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, _ParallelMapBase  # noqa: F401
-from ._resizable import CpuSeconds
+from ._resizable import WorkerClocks
 from .autoscale import AUTO, worker_count
 from .base import DataFlow, call_len
 from ._helpers import int_at_least_one as _check_positive
@@ -124,7 +124,7 @@ class MultiThreadMapData(_ParallelMapBase):
         self.map_func = map_func
         self._results: "queue.Queue[Any]" = queue.Queue()      # bounded by buffer_size tasks in flight
         self._threads: List[_MapThread] = []     # by rank, retired ones too (their statistics)
-        self._cpu = CpuSeconds(thread_cpu_seconds)
+        self._clocks = WorkerClocks(thread_schedstat)
         self._failure: Optional[WorkerError] = None
         self._finalizer: Optional[weakref.finalize] = None
 
@@ -166,8 +166,8 @@ class MultiThreadMapData(_ParallelMapBase):
         return [{"rank": t.rank, "busy_seconds": t.busy_seconds, "items": t.items, "active": t.rank in active}
                 for t in self._threads]
 
-    def _scaling_cpu_seconds(self) -> Optional[float]:
-        return self._cpu.total([t.native_id for t in self._threads if t.native_id is not None and t.is_alive()])
+    def _scaling_cpu(self) -> Tuple[Optional[float], Optional[float]]:
+        return self._clocks.total([t.native_id for t in self._threads if t.native_id is not None and t.is_alive()])
 
     def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
         return self._threads[rank].name, None
@@ -285,7 +285,7 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         self._pool = WorkerPool(type(self).__name__, _serve_map, self.num_workers, (map_func, self._batch_size),
                                 start_method, shm_bytes)
         self._pool_changes = 0
-        self._cpu = CpuSeconds(process_cpu_seconds)
+        self._clocks = WorkerClocks(process_schedstat)
 
     @property
     def num_proc(self) -> int:
@@ -334,8 +334,8 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         active = set(self._active)
         return [dict(stats, active=stats["rank"] in active) for stats in self._pool.worker_stats()]
 
-    def _scaling_cpu_seconds(self) -> Optional[float]:
-        return self._cpu.total(self._pool.pids)
+    def _scaling_cpu(self) -> Tuple[Optional[float], Optional[float]]:
+        return self._clocks.total(self._pool.pids)
 
     def _workers_memory(self, precise: bool) -> Tuple[int, int]:
         read = process_private_memory if precise else process_memory

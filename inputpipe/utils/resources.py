@@ -9,6 +9,13 @@ The memory budget is a fraction (half by default) of the memory available when i
 minus ``memory.current``, v1 ``memory.limit_in_bytes`` minus ``memory.usage_in_bytes``).
 :func:`set_budget` overrides either for the whole process.
 
+A worker (a process or a thread) is charged to the CPU budget at its measured **CPU share**: the
+CPU time it uses over the time it works, without the time it waited for a CPU that other work
+held (Linux ``schedstat``: waiting for a CPU is the machine's load, not the work's own waiting).
+A map that reads for 6 ms and decodes for 3 ms has a share of 1/3, so three of them cost one
+CPU (:func:`cpu_share`, :func:`cpu_charge`, :func:`workers_within`). The controller of ``"auto"``
+stages and :func:`inputpipe.dataflow.tune` count workers this way.
+
 Every reader takes the files' locations as arguments (tests pass files of their own) and
 returns None (or the next best answer) where a file is missing or unreadable: nothing here
 raises for a system that lacks cgroups or ``/proc``.
@@ -17,18 +24,20 @@ Example::
 
     from inputpipe.utils.resources import cpu_budget, memory_budget, set_budget
     cpu_budget()                   # e.g. 2 in a container started with --cpus=2.5 on 8 cores
+    workers_within(2, cpu_share(cpu_seconds=0.3, busy_seconds=0.9))   # 6 workers of share 1/3
     set_budget(cpus=4, memory_bytes=8 << 30)
     set_budget()                   # back to what the system says
 """
 import math
 import os
 import threading
-from typing import Iterable, List, NamedTuple, Optional, Sequence
+from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 __all__ = [
     "Budget", "set_budget", "overrides", "budget", "cpu_budget", "memory_budget", "available_cpus", "affinity_cpu_count",
     "cgroup_cpu_limit", "available_memory", "meminfo_available", "cgroup_memory_room", "process_memory",
-    "process_private_memory", "process_cpu_seconds", "thread_cpu_seconds",
+    "process_private_memory", "process_cpu_seconds", "thread_cpu_seconds", "process_schedstat", "thread_schedstat",
+    "MIN_CPU_SHARE", "cpu_share", "cpu_charge", "workers_within",
 ]
 
 #: Where the cgroup file systems are mounted, and the file naming this process' cgroups.
@@ -317,3 +326,89 @@ def thread_cpu_seconds(native_id: int, proc_root: str = "/proc") -> Optional[flo
     """User + system CPU seconds of thread ``native_id`` of this process
     (``threading.get_native_id()`` in that thread); None when unreadable."""
     return _stat_cpu_seconds(os.path.join(proc_root, "self", "task", str(native_id), "stat"))
+
+
+def _schedstat(path: str) -> Optional[Tuple[float, float]]:
+    """``(seconds on a CPU, seconds runnable but waiting for a CPU)`` of one task, from its
+    ``schedstat`` (nanoseconds); None when unreadable. (``os.read``: a third of ``open()``'s cost,
+    read for every worker at every decision of the controller.)"""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fields = os.read(fd, 128).split()
+        finally:
+            os.close(fd)
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_schedstat(pid: int, proc_root: str = "/proc") -> Optional[Tuple[float, float]]:
+    """``(CPU seconds, run-queue seconds)`` of process ``pid``, summed over its threads, to the
+    nanosecond (``/proc/<pid>/task/*/schedstat``): the time on a CPU and the time its threads
+    waited, runnable, for a CPU held by other work (a worker's main thread also waits while the
+    thread it hands the GIL to waits for a CPU); None when unreadable."""
+    task_dir = os.path.join(proc_root, str(pid), "task")
+    try:
+        tasks = os.listdir(task_dir)
+    except OSError:
+        return None
+    cpu = queued = 0.0
+    found = False
+    for task in tasks:
+        one = _schedstat(os.path.join(task_dir, task, "schedstat"))
+        if one is not None:
+            cpu, queued, found = cpu + one[0], queued + one[1], True
+    return (cpu, queued) if found else None
+
+
+def thread_schedstat(native_id: int, proc_root: str = "/proc") -> Optional[Tuple[float, float]]:
+    """``(CPU seconds, run-queue seconds)`` of thread ``native_id`` of this process, to the
+    nanosecond (``/proc/self/task/<id>/schedstat``); None when unreadable."""
+    return _schedstat(os.path.join(proc_root, "self", "task", str(native_id), "schedstat"))
+
+
+# ------------------------------------------------------------------ what a worker costs: its CPU share
+
+#: The least share of a CPU a worker is charged: at most 8 workers per CPU, however little they use.
+MIN_CPU_SHARE = 0.125
+#: A measured share is taken as up to this much too high (the CPU clock's resolution, jitter), so
+#: the CPUs' worth of workers is not cut by one for a reading a few percent high.
+SHARE_TOLERANCE = 0.05
+
+
+def cpu_share(cpu_seconds: float, busy_seconds: float, runqueue_seconds: float = 0.0) -> Optional[float]:
+    """The share of its working time a worker spends on a CPU, between 0 and 1: ``cpu_seconds``
+    over ``busy_seconds`` (the wall time it worked) less ``runqueue_seconds`` (the time it was
+    runnable and waited for a CPU: other programs' load, not the work's own waiting). None when
+    it did not work.
+
+    Example::
+
+        cpu_share(0.3, 0.9)           # 1/3: it read for 6 ms and decoded for 3 ms, say
+        cpu_share(0.3, 0.6, 0.3)      # 1.0: all its time off a CPU was spent waiting for one
+    """
+    if not busy_seconds > 0:
+        return None
+    working = max(busy_seconds - max(runqueue_seconds, 0.0), cpu_seconds, 1e-9)
+    return max(0.0, min(1.0, cpu_seconds / working))
+
+
+def cpu_charge(workers: float, share: Optional[float]) -> float:
+    """CPUs that ``workers`` workers of CPU ``share`` take from the budget: each its share (at
+    least :data:`MIN_CPU_SHARE`); a worker whose share was not measured yet takes one CPU."""
+    return workers * (1.0 if share is None else max(MIN_CPU_SHARE, share))
+
+
+def workers_within(cpus: float, share: Optional[float]) -> int:
+    """The most workers of CPU ``share`` that ``cpus`` CPUs keep busy: ``cpus / share`` rounded
+    down (a share read up to :data:`SHARE_TOLERANCE` too high still fits; 0 when not even one
+    fits); one per CPU while the share is not known.
+
+    Example::
+
+        workers_within(2, 1.0)        # 2: CPU-bound work, one per CPU
+        workers_within(2, 1 / 3)      # 6: each waits for two thirds of its time
+    """
+    per_worker = cpu_charge(1, share)
+    return max(0, int(math.floor(cpus / per_worker * (1.0 + SHARE_TOLERANCE) + 1e-9)))

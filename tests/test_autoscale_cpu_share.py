@@ -1,0 +1,142 @@
+"""The controller of "auto" stages charges each worker, process or thread, its measured CPU share
+(the CPU it uses over the time it works, without the time it waited for a CPU that other
+programs held): workers that wait outnumber the CPUs until their shares fill the budget, the
+stage shrinks back when the work turns CPU-bound, and a machine busy with other work does not
+make CPU-bound work look like waiting. Checked on a model stage on a virtual clock (no timing);
+the readers of the shares are checked on /proc-like files."""
+import pytest
+
+from inputpipe.dataflow import Autoscale
+from inputpipe.utils import resources
+from autoscale_helpers import ModelStage, run_together, virtual_clock
+
+
+@pytest.fixture(autouse=True)
+def no_budget_override():
+    resources.set_budget()
+    yield
+    resources.set_budget()
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    yield from virtual_clock(monkeypatch)
+
+
+def grows(stage):
+    return [c for c in stage.worker_count_history()[1:] if c.reason.startswith("grow")]
+
+
+@pytest.mark.parametrize("kind", ["processes", "threads"])
+def test_workers_that_wait_two_thirds_of_their_time_fill_two_cpus_with_six(clock, kind):
+    # 3 ms of CPU and 6 ms of waiting per datapoint: a worker maps 111/s and uses a third of a CPU
+    stage = ModelStage(Autoscale(interval=0.5, cpu_budget=2), per_worker=111, consumer=1000, cpu_share=1 / 3,
+                       kind=kind, clock=clock)
+    stage.run_for(10.0)
+    assert stage.counts() == [1, 2, 4, 6]
+    assert grows(stage)[-1].reason.endswith("(CPU budget 2, a worker's CPU share 33%)")
+    assert stage._controller.claimed_cpus == pytest.approx(2.0)          # 6 x 1/3 of a CPU
+    stage.run_for(10.0)
+    assert stage.workers == 6                      # the consumer still waits, the CPUs are full
+
+
+def test_cpu_bound_workers_stay_one_per_cpu(clock):
+    stage = ModelStage(Autoscale(interval=0.5, cpu_budget=2), per_worker=300, consumer=3000, cpu_share=1.0,
+                       kind="processes", clock=clock)
+    stage.run_for(10.0)
+    assert stage.counts() == [1, 2]
+
+
+def test_waiting_for_a_cpu_held_by_other_programs_is_not_taken_for_waiting(clock):
+    # CPU-bound work on a machine where other programs hold the CPUs half of the time: a worker's
+    # busy time is half on a CPU, half in the run queue. Counted as waiting (I/O), its share would
+    # read 1/2 and the stage would grow to 4; the run queue taken out, it reads 1 and stays at 2
+    stage = ModelStage(Autoscale(interval=0.5, cpu_budget=2), per_worker=150, consumer=3000, cpu_share=1.0,
+                       runqueue_share=0.5, kind="processes", clock=clock)
+    stage.run_for(10.0)
+    assert max(stage.counts()) == 2
+    assert stage._controller._share == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("kind", ["processes", "threads"])
+def test_a_map_that_turns_cpu_bound_shrinks_to_the_budget_and_grows_back_when_it_waits_again(clock, kind):
+    stage = ModelStage(Autoscale(interval=0.5, cpu_budget=2), per_worker=111, consumer=1000, cpu_share=1 / 3,
+                       kind=kind, clock=clock)
+    stage.run_for(10.0)
+    assert stage.workers == 6
+    stage.per_worker, stage.cpu_share = 333, 1.0        # now 3 ms of CPU and no wait per datapoint
+    changes = len(stage.worker_count_history())
+    stage.run_for(10.0)
+    shrinks = stage.worker_count_history()[changes:]
+    assert stage.workers == 2 and [c.workers for c in shrinks] == [3, 2]
+    assert all(c.reason.startswith("shrink: CPU budget: ") for c in shrinks)
+    assert shrinks[0].reason.endswith("of 2 CPUs")
+    stage.per_worker, stage.cpu_share = 111, 1 / 3      # waiting again
+    stage.run_for(10.0)
+    assert stage.workers == 6
+
+
+def test_threads_are_charged_their_share_as_processes_are(clock):
+    # half of the work releases the GIL in C code on a CPU, half holds it... a share of 1/2
+    stage = ModelStage(Autoscale(interval=0.5, cpu_budget=2), per_worker=100, consumer=2000, cpu_share=0.5,
+                       kind="threads", clock=clock)
+    stage.run_for(10.0)
+    assert max(stage.counts()) == 4
+
+
+def test_stages_of_one_process_share_the_budget_by_their_cpu_shares(clock):
+    resources.set_budget(cpus=2, memory_bytes=1 << 30)
+    cpu_bound = ModelStage(Autoscale(interval=0.5, max_workers=1), per_worker=300, consumer=3000, cpu_share=1.0,
+                           kind="processes", clock=clock)
+    waiting = ModelStage(Autoscale(interval=0.5), per_worker=111, consumer=1000, cpu_share=1 / 3,
+                         kind="processes", clock=clock)
+    run_together([cpu_bound, waiting], 10.0)
+    assert cpu_bound.workers == 1 and waiting.workers == 3        # 1 CPU + 3 x 1/3 of a CPU
+    total = cpu_bound._controller.claimed_cpus + waiting._controller.claimed_cpus
+    assert total == pytest.approx(2.0)
+
+
+def test_a_shrink_to_the_budget_is_not_undone(clock):
+    stage = ModelStage(Autoscale(interval=0.5, start=8, cpu_budget=2), per_worker=333, consumer=5000, cpu_share=1.0,
+                       kind="processes", clock=clock)
+    stage.run_for(10.0)
+    history = stage.worker_count_history()
+    assert [c.workers for c in history] == [8, 4, 2]
+    assert not any(c.reason.startswith("undo") for c in history)
+
+
+# ------------------------------------------------------------------------------------ the accounting
+
+def test_cpu_share_takes_the_run_queue_out_of_the_working_time():
+    assert resources.cpu_share(0.3, 0.9) == pytest.approx(1 / 3)
+    assert resources.cpu_share(0.3, 0.6, 0.3) == 1.0
+    assert resources.cpu_share(0.3, 0.2) == 1.0                         # clocks read a moment apart
+    assert resources.cpu_share(0.0, 0.5) == 0.0 and resources.cpu_share(0.1, 0.0) is None
+
+
+@pytest.mark.parametrize("cpus,share,workers", [
+    (2, 1.0, 2), (2, 1 / 3, 6), (2, 0.34, 6), (2, 0.5, 4), (2, 0.9, 2), (2, 0.01, 16), (2, None, 2),
+    (1, 1.0, 1), (0.5, 1.0, 0), (3, 0.75, 4),
+])
+def test_workers_within_the_budget(cpus, share, workers):
+    assert resources.workers_within(cpus, share) == workers
+
+
+def test_the_charge_is_the_share_at_least_an_eighth_and_one_cpu_unmeasured():
+    assert resources.cpu_charge(6, 1 / 3) == pytest.approx(2.0)
+    assert resources.cpu_charge(4, 0.01) == 0.5 and resources.cpu_charge(3, None) == 3.0
+
+
+def test_schedstat_readers(tmp_path):
+    for task, text in (("77", "3000000000 500000000 120\n"), ("80", "1000000000 250000000 3\n")):
+        (tmp_path / "77" / "task" / task).mkdir(parents=True)
+        (tmp_path / "77" / "task" / task / "schedstat").write_text(text)
+    assert resources.process_schedstat(77, proc_root=str(tmp_path)) == (4.0, 0.75)     # its threads summed
+    task = tmp_path / "self" / "task" / "9"
+    task.mkdir(parents=True)
+    (task / "schedstat").write_text("1500 2500 3\n")
+    assert resources.thread_schedstat(9, proc_root=str(tmp_path)) == (1.5e-6, 2.5e-6)
+    assert resources.process_schedstat(78, proc_root=str(tmp_path)) is None
+    (tmp_path / "79" / "task" / "79").mkdir(parents=True)
+    (tmp_path / "79" / "task" / "79" / "schedstat").write_text("garbage\n")
+    assert resources.process_schedstat(79, proc_root=str(tmp_path)) is None
