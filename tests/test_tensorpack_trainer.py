@@ -217,8 +217,8 @@ def test_launch_train_with_config_stages_inputpipes_queue_with_inputpipes_stagin
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("trainer,source", [("simple", "queue"), ("simple", "queue-worker"), ("simple", "feed"),
-                                            ("simple", "dataflow"), ("queue", "queue")])
+@pytest.mark.parametrize("trainer,source", [("queue", "queue"), ("simple", "queue-worker"), ("simple", "feed"),
+                                            ("simple", "dataflow")])     # (simple, queue): the resume test
 def test_mnist_example_trains_on_every_batch_in_order_and_validates_on_every_test_image(
         mnist_dir, tmp_path, trainer, source):
     result = run_example("mnist_convnet.py", "--data", mnist_dir, "--logdir", tmp_path, "--trainer", trainer,
