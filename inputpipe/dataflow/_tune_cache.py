@@ -22,7 +22,8 @@ import numpy as np
 
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ._helpers import close_iterators
-from ._tune_chain import Chain, Form, build, nbytes, walk
+from . import _tune_model as model
+from ._tune_chain import CACHE, Chain, Form, build, nbytes, walk
 from .base import ProxyDataFlow, get_length
 
 #: Datapoints a tap keeps per pass.
@@ -207,3 +208,68 @@ def check_levels(chain: Chain, top: int, seconds: float, stall_timeout: float) -
             result.why_not = "two passes gave different datapoints"
         found[level] = result
     return found, ""
+
+
+#: A cache is proposed when it makes the model's rate at least this much higher.
+CACHE_GAIN_NEEDED = 1.1
+#: The consumer's time per datapoint read from a CacheData (a list lookup and a generator step).
+CACHE_READ_SECONDS = 1e-6
+#: The name of the source once the chain below a cache is read from memory.
+FROM_CACHE = "CacheData (in memory)"
+
+
+def bytes_text(value: float) -> str:
+    """``value`` bytes in words: ``"512 B"``, ``"7.8 KiB"``, ``"1.2 GiB"``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return "{:.1f} {}".format(value, unit) if unit != "B" else "{:d} B".format(int(value))
+        value /= 1024.0
+    return str(value)  # pragma: no cover
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing a level to cache
+# ---------------------------------------------------------------------------------------------
+
+def without_prefix(costs: model.Costs, level: int) -> model.Costs:
+    """The costs once the output of ``level`` comes from a cache: nothing below it costs anything."""
+    units = [model.UnitCost() if k <= level else u for k, u in enumerate(costs.units)]
+    above = costs.units[level + 1].calls if level + 1 < len(costs.units) else 1.0
+    read = CACHE_READ_SECONDS * above
+    return model.Costs(read, read, units, costs.rate, costs.names, FROM_CACHE)
+
+
+def choose_cache(chain: Chain, costs: model.Costs, forms: List[Form], estimate: model.Estimate, cpus: int,
+                 consumer_rate: Optional[float], memory: Optional[int], seconds: float, stall_timeout: float) -> tuple:
+    """``(level, steady estimate, detail)``: the highest level whose output is worth caching, the
+    same every epoch and small enough (level None when there is none)."""
+    if any(u.kind == CACHE for u in chain.units):
+        return None, None, "the chain caches already"
+    candidates = []
+    for level in range(len(chain.units) - 1, -2, -1):
+        if level >= 0 and forms[level].merge_batch:
+            continue
+        steady = model.estimate(chain, without_prefix(costs, level), forms, cpus, consumer_rate)
+        if steady.rate >= estimate.rate * CACHE_GAIN_NEEDED:
+            candidates.append((level, steady))
+    if not candidates:
+        return None, None, ""
+    levels, problem = check_levels(chain, candidates[0][0], min(2.0, max(0.2, 0.15 * seconds)), stall_timeout)
+    if problem:
+        return None, None, problem
+    why = ""
+    for level, steady in candidates:
+        found = levels[level]
+        name = costs.source_name if level < 0 else costs.names[level]
+        if not found.cacheable:
+            why = why or "{}: {}".format(name, found.why_not or "nothing to compare")
+            continue
+        total = found.total_bytes or 0.0
+        if memory is not None and total > memory:
+            why = why or "{}: its output ({}) exceeds the memory budget ({})".format(
+                name, bytes_text(total), bytes_text(memory))
+            continue
+        return level, steady, ("the output of {} ({} datapoints, about {}) was the same in two passes over {} "
+                               "datapoints, with no random draw: CacheData keeps it after the first epoch".format(
+                                   name, found.length, bytes_text(total), found.compared))
+    return None, None, why

@@ -12,16 +12,18 @@ Example::
     flow = build(chain, [Form("serial")] * len(chain.units))
 """
 import copy
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
+from ..utils import resources
 from ..utils.arguments import is_dataflow
-from ..utils.compat import native_thread_id
 from ._buffered import CacheData
 from ._helpers import close_iterators
+from ._tune_gil import MARKER, MIN_MOMENTS
 from .base import ProxyDataFlow
 from .batch import BatchData
 from .diagnosis import PARALLEL_KINDS, REMOTE
@@ -196,21 +198,19 @@ def copy_stage(flow: Any, new_input: Any) -> Any:
 # Measuring in the consumer's thread
 # ---------------------------------------------------------------------------------------------
 
-def _runqueue_seconds(native_id: Optional[int]) -> Optional[float]:
-    """Seconds thread ``native_id`` of this process waited, runnable, for a CPU (Linux schedstat);
+def _runqueue_seconds() -> Optional[float]:
+    """Seconds the threads of this process waited, runnable, for a CPU so far (Linux schedstat);
     None when not known."""
-    if native_id is None:
-        return None
-    try:
-        with open("/proc/self/task/{}/schedstat".format(native_id), "rb") as fh:
-            return int(fh.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
+    found = resources.process_schedstat(os.getpid())
+    return None if found is None else found[1]
 
 
 class ThreadClock:
     """Wall and CPU time of calls made in one thread, and the share of that thread's wall time it
-    waited for a CPU (other processes running: not a property of the work, so taken out)."""
+    waited for a CPU: other processes running, not a property of the work, so taken out. The
+    waits of every thread of this process count: while the measuring thread hands the GIL to
+    another thread (the profiler's) that waits for a CPU, it waits too, and not for its work.
+    Nothing is counted while the GIL probe is at work (:mod:`._tune_gil`)."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -221,6 +221,8 @@ class ThreadClock:
         self._next_sample = 0.0
 
     def add(self, wall: float, cpu: float) -> None:
+        if MARKER.probing:                       # the GIL probe perturbs what it would measure
+            return
         self.calls += 1
         if self.calls > _SKIPPED_CALLS:
             self.wall += wall
@@ -228,7 +230,7 @@ class ThreadClock:
         now = time.perf_counter()
         if now >= self._next_sample:
             self._next_sample = now + _SCHEDSTAT_EVERY
-            waited = _runqueue_seconds(native_thread_id())
+            waited = _runqueue_seconds()
             if waited is not None:
                 if self._first is None:
                     self._first = (now, waited)
@@ -268,8 +270,10 @@ def nbytes(value: Any, depth: int = 0) -> int:
 
 
 class TimedFunc:
-    """A map function that times its calls (wall and this thread's CPU) and measures the bytes of
-    some of the datapoints it takes and gives."""
+    """A map function that times its calls (wall and this thread's CPU), measures the bytes of
+    some of the datapoints it takes and gives (and keeps the last such pair: ``sample``, to time
+    moving them through a worker process), and marks itself as running for the GIL probe
+    (:mod:`._tune_gil`: ``gil_moments``, ``gil_held``)."""
 
     def __init__(self, func: Callable[[Any], Any]):
         self.func = func
@@ -278,21 +282,39 @@ class TimedFunc:
         self.sized = 0
         self.in_bytes = 0
         self.out_bytes = 0
+        self.called = 0
+        self.sample: Optional[tuple] = None       # (a datapoint taken, what it gave)
+        self.gil_moments = 0
+        self.gil_held = 0
 
     def __call__(self, dp: Any) -> Any:
         perf, cpu = time.perf_counter, time.thread_time
         start, start_cpu = perf(), cpu()
-        result = self.func(dp)
-        self.clock.add(perf() - start, cpu() - start_cpu)
-        if self.clock.calls <= _SIZED_CALLS or self.clock.calls % _SIZE_EVERY == 0:
+        outer, MARKER.running = MARKER.running, (self, start)
+        try:
+            result = self.func(dp)
+        finally:
+            end = perf()
+            MARKER.running = outer
+            if MARKER.probing:
+                MARKER.recent.append((start, end, self))
+        self.clock.add(end - start, cpu() - start_cpu)
+        self.called += 1
+        if self.called <= _SIZED_CALLS or self.called % _SIZE_EVERY == 0:
             self.sized += 1
             self.in_bytes += nbytes(dp)
             self.out_bytes += 0 if result is None else nbytes(result)
+            if result is not None:
+                self.sample = (dp, result)
         return result
 
     def bytes_per_call(self) -> tuple:
         """``(in, out)`` average bytes of the datapoints measured."""
         return (self.in_bytes / self.sized, self.out_bytes / self.sized) if self.sized else (0.0, 0.0)
+
+    def gil_share(self) -> Optional[float]:
+        """The share of the function's wall time that held the GIL (None: too few moments)."""
+        return self.gil_held / self.gil_moments if self.gil_moments >= MIN_MOMENTS else None
 
 
 class Borrowed(ProxyDataFlow):

@@ -3,9 +3,19 @@ map in the consumer's thread), the throughput of a configuration (the lowest of 
 by the consumer's thread, the CPUs, the workers of each parallel stage and the trainer), and the
 choice of a configuration. Used by :mod:`inputpipe.dataflow.tuning`; private.
 
+Both forms of a parallel map are modelled and rated, and the faster is chosen:
+
+- **threads** share the process' GIL: the part of the map's work that holds it (measured by
+  :mod:`._tune_gil`) runs one call at a time, with the consumer's own Python work, so it counts
+  in the consumer thread's bound; the rest (waits, code that releases the GIL) runs side by side;
+- **processes** are charged their CPU share (:func:`inputpipe.utils.resources.workers_within`:
+  no more processes than the CPUs keep busy at that share), and pay for moving each datapoint and
+  its result through the transport, measured (:mod:`._tune_transport`): the consumer's CPU per
+  datapoint in its thread, the worker's in the worker.
+
 Example::
 
-    costs = measure(report, chain, borrowed, timed)
+    costs = measure(report, chain, borrowed, timed, names, source_name, moves, problems)
     forms, estimate = choose(chain, costs, cpus=2, consumer_rate=None)
 """
 import itertools
@@ -13,13 +23,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..utils import resources
 from ..utils.compat import prod
 from ._tune_chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Borrowed, Chain, Form, TimedFunc, Unit
+from ._tune_transport import Transport
 
 #: The consumer's time per datapoint that goes through a thread map (queues; ~8 us measured).
 THREAD_MESSAGE_SECONDS = 10e-6
-#: The consumer's time per message to and from a worker process (~40 us measured for small ones),
-#: and per byte of the datapoint sent and of the result received (~0.65 ns measured).
+#: Where moving datapoints through a worker process was not measured: the consumer's time per
+#: message to and from a worker process (~40 us measured for small ones), and per byte of the
+#: datapoint sent and of the result received (~0.65 ns measured through a pipe); the worker's
+#: side is taken as the same.
 PROCESS_MESSAGE_SECONDS = 40e-6
 PROCESS_SECONDS_PER_BYTE = 0.7e-9
 #: The consumer's time per datapoint of a serial map beyond its function (a copy and a call).
@@ -33,9 +47,6 @@ HEADROOM = 1.1
 MAX_COMBINATIONS = 4096
 #: A change must make the model's rate this much higher to be proposed.
 GAIN_NEEDED = 1.05
-#: Work whose CPU time is below this share of its time (without CPU waits) releases the GIL or
-#: waits (I/O, sleep): threads; above: processes.
-THREADS_BELOW_CPU_SHARE = 0.5
 #: When the CPUs' bound is within this factor of the lowest bound, the CPUs are named as the limit.
 CPU_BOUND_NEAR = 1.15
 #: Datapoints from this many bytes up are batched in the workers when a BatchData follows.
@@ -52,9 +63,13 @@ class UnitCost:
     own_cpu: float = 0.0      # of which CPU (estimated: the function's CPU plus the stage's overhead)
     work: float = 0.0         # the map function's time without waits for a CPU (work units)
     cpu: float = 0.0          # the map function's CPU time (work units)
+    gil: float = 0.0          # of its time, the part that held the GIL (work units)
     calls: float = 0.0        # calls of the function (datapoints into the unit)
     in_bytes: float = 0.0     # per call
     out_bytes: float = 0.0    # per call
+    move: Optional[Transport] = None        # per call: moving it through a worker process (measured)
+    gil_measured: bool = False              # the GIL part was measured (else taken as all the CPU)
+    no_processes: Optional[str] = None      # why the map cannot run in processes
 
 
 @dataclass
@@ -87,8 +102,11 @@ def _paths(count: int) -> List[str]:
 
 
 def measure(report: object, chain: Chain, borrowed: Borrowed, timed: Sequence[Optional[TimedFunc]],
-            names: List[str], source_name: str) -> Optional[Costs]:
-    """The costs from the profile of the all-serial chain (None when no datapoint came out)."""
+            names: List[str], source_name: str, moves: Optional[Sequence[Optional[Transport]]] = None,
+            problems: Optional[Sequence[Optional[str]]] = None) -> Optional[Costs]:
+    """The costs from the profile of the all-serial chain (None when no datapoint came out), with
+    the measured costs of moving each map's datapoints through a worker process (``moves``) and
+    why a map cannot run in processes (``problems``), one per unit."""
     stages = {s.path: s for s in report.stages}            # type: ignore[attr-defined]
     out = report.datapoints                                 # type: ignore[attr-defined]
     if not out:
@@ -109,9 +127,15 @@ def measure(report: object, chain: Chain, borrowed: Borrowed, timed: Sequence[Op
         cost.own_cpu = cost.own
         func = timed[k]
         if func is not None and func.clock.counted:
-            _, call_cpu, call_work = func.clock.per_call()
+            call_wall, call_cpu, call_work = func.clock.per_call()
             cost.work, cost.cpu = call_work * cost.calls, call_cpu * cost.calls
+            share = func.gil_share()
+            cost.gil_measured = share is not None
+            # held GIL time is CPU time (a thread waiting for a CPU while it holds the GIL is not working)
+            cost.gil = cost.cpu if share is None else min(call_cpu, share * call_wall) * cost.calls
             cost.in_bytes, cost.out_bytes = func.bytes_per_call()
+            cost.move = moves[k] if moves is not None else None
+            cost.no_processes = problems[k] if problems is not None else None
             # the stage's time: its function's, measured per call as the work in workers is (so the two
             # compare alike on a busy machine), and the map's own step per call
             cost.own = cost.work + MAP_STEP_SECONDS * cost.calls
@@ -124,26 +148,34 @@ def measure(report: object, chain: Chain, borrowed: Borrowed, timed: Sequence[Op
 # The rate of a configuration
 # ---------------------------------------------------------------------------------------------
 
-def parallel_kind(cost: UnitCost) -> str:
-    """Threads for work that mostly does not use the CPU (waits, or releases the GIL), else processes."""
-    return THREADS if cost.cpu < THREADS_BELOW_CPU_SHARE * cost.work else PROCESSES
+def _moving(cost: UnitCost, messages: float) -> Tuple[float, float]:
+    """``(consumer, worker)`` seconds per output datapoint to move a unit's datapoints through
+    worker processes in ``messages`` messages (fewer than its calls when batched in the workers:
+    a message's fixed cost is paid once per batch)."""
+    move = cost.move
+    if move is None:
+        consumer = messages * PROCESS_MESSAGE_SECONDS + cost.calls * (cost.in_bytes + cost.out_bytes) \
+            * PROCESS_SECONDS_PER_BYTE
+        return consumer, consumer
+    return (messages * move.fixed_consumer + cost.calls * (move.consumer - move.fixed_consumer),
+            messages * move.fixed_worker + cost.calls * (move.worker - move.fixed_worker))
 
 
-def _worker_side(chain: Chain, costs: Costs, forms: Sequence[Form], k: int) -> Tuple[float, float, float]:
-    """``(work, cpu, consumer)`` per output datapoint of a parallel unit ``k``: its workers' time
-    and CPU, and the consumer's time to send and receive its datapoints."""
+def worker_side(chain: Chain, costs: Costs, forms: Sequence[Form], k: int) -> Tuple[float, float, float]:
+    """``(work, worker CPU, consumer)`` per output datapoint of a parallel unit ``k``: its workers'
+    time and CPU, and the consumer thread's time for it (threads: the messages and the part of the
+    work that holds the GIL; processes: sending and receiving its datapoints)."""
     cost, form = costs.units[k], forms[k]
     work, cpu = cost.work, cost.cpu
     if form.kind == THREADS:
-        return work, cpu, cost.calls * THREAD_MESSAGE_SECONDS + cost.cpu     # the GIL-held part runs one at a time
+        return work, cpu, cost.calls * THREAD_MESSAGE_SECONDS + cost.gil    # the GIL-held part runs one at a time
     messages = cost.calls
     if form.merge_batch:
         batch = costs.units[k + 1]
         work, cpu = work + batch.own, cpu + batch.own_cpu
         messages = cost.calls / max(1, chain.units[k + 1].batch_size)
-    consumer = messages * PROCESS_MESSAGE_SECONDS + cost.calls * (cost.in_bytes + cost.out_bytes) \
-        * PROCESS_SECONDS_PER_BYTE
-    return work, cpu + consumer, consumer
+    consumer, worker = _moving(cost, messages)
+    return work + worker, cpu + worker, consumer
 
 
 def estimate(chain: Chain, costs: Costs, forms: Sequence[Form], cpus: float,
@@ -159,9 +191,10 @@ def estimate(chain: Chain, costs: Costs, forms: Sequence[Form], cpus: float,
             merged = False
             continue
         if unit.kind == WORK and form.kind != SERIAL:
-            work, cpu, consumer = _worker_side(chain, costs, forms, k)
+            work, cpu, consumer = worker_side(chain, costs, forms, k)
             parts[name] = consumer
-            cpu_total += cpu
+            # the consumer's part in CPU: for threads the GIL-held part is the workers' CPU already
+            cpu_total += cpu + (consumer - cost.gil if form.kind == THREADS else consumer)
             stage_bounds[name] = (form.workers or 1) / work if work > 0 else math.inf
             merged = form.merge_batch
         else:
@@ -187,34 +220,30 @@ def estimate(chain: Chain, costs: Costs, forms: Sequence[Form], cpus: float,
     return Estimate(min(bounds.values()), bounds, limit, key, parts, cpu_total)
 
 
-def _target(chain: Chain, costs: Costs, forms: Sequence[Form], cpus: float, consumer_rate: Optional[float]) -> tuple:
-    """The rate the workers are sized for (every bound but the workers'), and the CPU bound."""
+def _target(chain: Chain, costs: Costs, forms: Sequence[Form], cpus: float, consumer_rate: Optional[float]) -> float:
+    """The rate the workers are sized for: every bound but the workers'."""
     probe = [Form(f.kind, MAX_PROCESSES if f.kind != SERIAL else None, f.merge_batch) for f in forms]
     bounds = estimate(chain, costs, probe, cpus, consumer_rate).bounds
-    fixed = [v for key, v in bounds.items() if not key.startswith("workers of ")]
-    return min(fixed), bounds[LIMIT_CPUS]
+    return min(v for key, v in bounds.items() if not key.startswith("workers of "))
 
 
 def size_workers(chain: Chain, costs: Costs, forms: List[Form], cpus: float, consumer_rate: Optional[float]) -> None:
     """Fill in the worker counts of the parallel units of ``forms``: enough to reach the rate the
-    rest of the chain, the CPUs and the trainer allow (with a margin), processes no more than the
-    CPUs they can keep busy, threads at most :data:`MAX_THREADS`."""
-    target, cpu_rate = _target(chain, costs, forms, cpus, consumer_rate)
+    rest of the chain, the CPUs and the trainer allow (with a margin); processes no more than the
+    CPUs keep busy at their CPU share (moving the datapoints included), threads at most
+    :data:`MAX_THREADS`."""
+    target = _target(chain, costs, forms, cpus, consumer_rate)
     for k, form in enumerate(forms):
         if chain.units[k].kind != WORK or form.kind == SERIAL:
             continue
-        work = _worker_side(chain, costs, forms, k)[0]
+        work, worker_cpu, _ = worker_side(chain, costs, forms, k)
         wanted = math.ceil(min(target, 1e9) * work * HEADROOM - 0.15)
         if form.kind == THREADS:
             form.workers = max(1, min(MAX_THREADS, wanted))
         else:
-            most = math.ceil(min(cpu_rate, 1e9) * work - 0.25)
+            most = resources.workers_within(cpus, worker_cpu / work if work > 0 else None)
             form.workers = max(1, min(MAX_PROCESSES, wanted, most))
 
-
-# ---------------------------------------------------------------------------------------------
-# Choosing
-# ---------------------------------------------------------------------------------------------
 
 def user_forms(chain: Chain) -> List[Form]:
     """The configuration as the user wrote it."""
@@ -233,11 +262,14 @@ def _can_merge(chain: Chain, k: int, kind: str) -> bool:
 
 
 def _options(chain: Chain, costs: Costs, k: int, unit: Unit) -> List[Tuple[str, bool]]:
-    """The ``(kind, merge_batch)`` a unit may take."""
+    """The ``(kind, merge_batch)`` a unit may take: a map serial (when the user wrote it so), in
+    threads or in processes (unless its datapoints cannot cross to a worker process), batching in
+    the workers where a BatchData follows."""
     if unit.kind != WORK:
         return [(SERIAL, False)]
-    kind = parallel_kind(costs.units[k])
-    kinds = [kind] if unit.form != SERIAL else [SERIAL, kind]
+    kinds = [THREADS] if costs.units[k].no_processes else [THREADS, PROCESSES]
+    if unit.form == SERIAL:
+        kinds.insert(0, SERIAL)
     found = []
     for option in kinds:
         found.append((option, False))
@@ -250,10 +282,39 @@ def _changes(chain: Chain, forms: Sequence[Form], mine: Sequence[Form]) -> int:
     return sum(f.kind != m.kind or f.merge_batch != m.merge_batch for f, m in zip(forms, mine))
 
 
-def choose(chain: Chain, costs: Costs, cpus: float, consumer_rate: Optional[float]) -> Tuple[List[Form], Estimate]:
-    """The configuration to propose: of all the forms the units may take (serial or parallel with
-    the kind their CPU share calls for, batching in the workers where a BatchData follows), the
-    one with the fewest changes among those within :data:`GAIN_NEEDED` of the best rate; large
+@dataclass
+class Choice:
+    """What :func:`choose` found: the ``forms`` to propose and their ``estimate``, and every
+    configuration it rated (``rated``: (rate, forms), for the runner-up and the rates by kind)."""
+
+    forms: List[Form]
+    estimate: Estimate
+    rated: List[Tuple[float, List[Form]]]
+
+    def runner_up(self) -> Optional[Tuple[float, List[Form]]]:
+        """The best-rated configuration whose maps run in other kinds (threads where the choice
+        has processes, or the other way round), or None."""
+        kinds = [f.kind for f in self.forms]
+        others = [item for item in self.rated if [f.kind for f in item[1]] != kinds
+                  and all((f.kind == SERIAL) == (c == SERIAL) for f, c in zip(item[1], kinds))]
+        return max(others, key=lambda item: item[0]) if others else None
+
+    def kind_rates(self, k: int) -> Dict[str, float]:
+        """The model's best rate with unit ``k`` in each kind it may take, the other units as chosen
+        (kinds and batching; their counts sized for it)."""
+        rates: Dict[str, float] = {}
+        for rate, forms in self.rated:
+            if all((f.kind, f.merge_batch) == (c.kind, c.merge_batch)
+                   for j, (f, c) in enumerate(zip(forms, self.forms)) if j != k):
+                rates[forms[k].kind] = max(rate, rates.get(forms[k].kind, 0.0))
+        return rates
+
+
+def choose(chain: Chain, costs: Costs, cpus: float, consumer_rate: Optional[float]) -> Choice:
+    """The configuration to propose: of all the forms the units may take (serial, threads or
+    processes, batching in the workers where a BatchData follows), each sized and rated, the one
+    with the fewest changes among those within :data:`GAIN_NEEDED` of the best rate, then the one
+    with the fewest units in processes (threads cost no copy of the process) and workers; large
     datapoints are batched in the workers. Then each parallel map the user configured keeps its
     kind and count where that is as fast (within the margin) and uses few more workers."""
     mine = user_forms(chain)
@@ -261,7 +322,7 @@ def choose(chain: Chain, costs: Costs, cpus: float, consumer_rate: Optional[floa
     by_cost = sorted(range(len(options)), key=lambda k: costs.units[k].own + costs.units[k].work)
     while prod(len(o) for o in options) > MAX_COMBINATIONS:     # the cheapest units stay as they are
         k = next(k for k in by_cost if len(options[k]) > 1)
-        kind = SERIAL if mine[k].kind == SERIAL else parallel_kind(costs.units[k])
+        kind = mine[k].kind if mine[k].kind != PROCESSES or not costs.units[k].no_processes else THREADS
         options[k] = [(kind, mine[k].merge_batch and _can_merge(chain, k, kind))]
     rated = []
     for combo in itertools.product(*options):
@@ -276,7 +337,8 @@ def choose(chain: Chain, costs: Costs, cpus: float, consumer_rate: Optional[floa
         rate, forms = item
         against_size = sum(f.merge_batch != (costs.units[k].out_bytes >= LARGE_DATAPOINT_BYTES or mine[k].merge_batch)
                            for k, f in enumerate(forms) if _can_merge(chain, k, f.kind))
-        return (against_size, _changes(chain, forms, mine), sum(f.workers or 0 for f in forms), -rate)
+        in_processes = sum(f.kind == PROCESSES for f in forms)
+        return (against_size, _changes(chain, forms, mine), in_processes, sum(f.workers or 0 for f in forms), -rate)
 
     near = [item for item in rated if item[0] * GAIN_NEEDED >= best_rate]
     forms = min(near, key=preference)[1]
@@ -289,4 +351,4 @@ def choose(chain: Chain, costs: Costs, cpus: float, consumer_rate: Optional[floa
             if rate * GAIN_NEEDED >= estimate(chain, costs, forms, cpus, consumer_rate).rate \
                     and unit.workers <= math.ceil(1.25 * wanted) and unit.form == forms[k].kind:
                 forms = kept
-    return forms, estimate(chain, costs, forms, cpus, consumer_rate)
+    return Choice(forms, estimate(chain, costs, forms, cpus, consumer_rate), rated)

@@ -19,29 +19,36 @@ Example::
     print(result)                # the configuration as code, the rate to expect and its limit
 """
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..utils import resources
 from ..utils.arguments import is_dataflow
 from ..utils.logger import get_logger
 from . import _tune_model as model
-from ._tune_cache import check_levels
-from ._tune_chain import BATCH, CACHE, PROCESSES, SERIAL, THREADS, WORK, Chain, Form, TimedFunc, Unit, build, \
+from ._tune_cache import FROM_CACHE, bytes_text, choose_cache, without_prefix
+from ._tune_chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Chain, Form, TimedFunc, Unit, build, \
     read_chain
+from . import _tune_split as split
+from . import _tune_transport as transport
 from ._tune_code import render
+from ._tune_gil import GilProbe
+from ._tune_split import Split
 from .base import DataFlow
 from .profiling import ProfileReport, _kind_of, _stage_name, profile
 
-__all__ = ["tune", "TuneResult", "StageChoice"]
+__all__ = ["tune", "TuneResult", "StageChoice", "Split"]
 
 logger = get_logger(__name__)
 
-#: A cache is proposed when it makes the model's rate at least this much higher.
-CACHE_GAIN_NEEDED = 1.1
-#: The consumer's time per datapoint read from a CacheData (a list lookup and a generator step).
-_CACHE_READ_SECONDS = 1e-6
-#: The name of the source once the chain below a cache is read from memory.
-_FROM_CACHE = "CacheData (in memory)"
+#: A trial below this share of the model's rate makes the tuner try the other kinds of maps,
+#: which replace the first choice when their trial is this much faster (a margin for the load of
+#: a shared machine, which slows both).
+TRIAL_SHORTFALL = 0.8
+TRIAL_MARGIN = 1.2
+#: The share of the all-serial run's measuring window after which the GIL probe is at work (the
+#: maps' times are taken before).
+GIL_PROBE_AFTER = 0.6
+
 
 
 @dataclass
@@ -49,8 +56,14 @@ class StageChoice:
     """What the tuner chose for one stage of the chain (``after``) and why, from how it was
     written (``before``). ``action`` is ``"keep"``, ``"parallel"`` (a serial map made parallel),
     ``"resize"`` (another number of workers), ``"switch"`` (threads <-> processes),
-    ``"batch in workers"`` or ``"batch in the consumer"``; ``work_ms`` and ``cpu_share`` are the map function's time per call
-    (without waits for a CPU) and the share of it spent on the CPU.
+    ``"batch in workers"`` or ``"batch in the consumer"``. For a map: ``work_ms`` is its
+    function's time per call (without waits for a CPU), ``cpu_share`` the share of it spent on a
+    CPU and ``gil_share`` the share that held the GIL (None where too few moments fell in its
+    calls to tell); ``move_ms`` the consumer's and a worker's CPU to move one datapoint and its
+    result through a worker process (measured; None when not); ``rates`` the model's rate of the
+    chain with the map serial, in threads and in processes (each sized, the other stages as
+    chosen): the kind chosen is the fastest, or within 5% of it with fewer changes, processes or
+    workers.
 
     Example::
 
@@ -67,6 +80,9 @@ class StageChoice:
     work_ms: Optional[float] = None
     cpu_share: Optional[float] = None
     reason: str = ""
+    gil_share: Optional[float] = None
+    move_ms: Optional[Tuple[float, float]] = None
+    rates: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -74,14 +90,16 @@ class TuneResult:
     """The configuration :func:`tune` chose: ``code`` (Python that rebuilds the chain with it;
     ``exec(result.code, dict(result.names))`` leaves the flow in ``df``), the choice per stage,
     the throughput to expect (``expected_datapoints_per_sec``, output datapoints of the chain per
-    second) and what limits it then (``limit``: ``"cpus"``, ``"source"`` (the reader: disk,
+    second: the trial run's rate) and what limits it then (``limit``: ``"cpus"``, ``"source"`` (the reader: disk,
     network, decoding in the source), ``"stage"`` (a stage in the consumer's thread),
     ``"consumer"`` (the ``consumer_rate`` given) or ``"workers"`` (the most workers a stage may
     have), explained with numbers in ``limit_detail``). ``str(result)`` prints all of it.
 
     ``fill_in`` lists the names in the code that stand for things tune could not write out (a
     list of datapoints, a lambda) with what they are; ``names`` maps every name the code uses to
-    the object it stands for.
+    the object it stands for. ``splits`` suggests splitting maps that both wait and compute
+    (:class:`~inputpipe.dataflow._tune_split.Split`: the code of two maps, the wait in threads and
+    the computing in processes).
 
     Example::
 
@@ -112,6 +130,7 @@ class TuneResult:
     stalled: bool = False
     stall_detail: str = ""
     notes: List[str] = field(default_factory=list)
+    splits: List[Split] = field(default_factory=list)
     measured: Optional[ProfileReport] = field(default=None, repr=False)
     trial: Optional[ProfileReport] = field(default=None, repr=False)
 
@@ -128,6 +147,7 @@ class TuneResult:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("names", "measured", "trial")}
         data["stages"] = [asdict(choice) for choice in self.stages]
         data["fill_in"], data["notes"] = dict(self.fill_in), list(self.notes)
+        data["splits"] = [asdict(one) for one in self.splits]
         return data
 
     def __str__(self) -> str:
@@ -135,7 +155,7 @@ class TuneResult:
             return "Nothing tuned: {}".format(self.stall_detail)
         lines = ["Tuned configuration ({}{}):".format(
             _cpus_text(self.cpu_budget), "" if self.memory_budget is None else ", memory budget {}".format(
-                _bytes_text(self.memory_budget))), "", self.code.rstrip("\n"), ""]
+                bytes_text(self.memory_budget))), "", self.code.rstrip("\n"), ""]
         if self.unchanged:
             lines.append("The chain is already configured as the tuner would configure it: keep it.")
         width = max([len(c.stage) for c in self.stages] + [5])
@@ -154,6 +174,7 @@ class TuneResult:
                                                                               self._evidence()))
         lines.append("Limit afterwards: {}".format(self.limit_detail))
         lines.extend(self.notes)
+        lines.extend("Suggestion: " + one.text() for one in self.splits)
         return "\n".join(lines)
 
     def _evidence(self) -> str:
@@ -174,14 +195,6 @@ class TuneResult:
 
 def _cpus_text(cpus: int) -> str:
     return "1 CPU" if cpus == 1 else "{} CPUs".format(cpus)
-
-
-def _bytes_text(value: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return "{:.1f} {}".format(value, unit) if unit != "B" else "{:d} B".format(int(value))
-        value /= 1024.0
-    return str(value)  # pragma: no cover
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,7 +222,8 @@ def _form_text(unit: Unit, form: Form) -> tuple:
     return ("MapDataComponent" if unit.index is not None else "MapData"), ""
 
 
-def _choices(chain: Chain, costs: model.Costs, forms: Sequence[Form], mine: Sequence[Form]) -> List[StageChoice]:
+def _choices(chain: Chain, costs: model.Costs, choice: model.Choice, mine: Sequence[Form]) -> List[StageChoice]:
+    forms = choice.forms
     choices = []
     k = 0
     while k < len(chain.units):
@@ -245,22 +259,41 @@ def _choices(chain: Chain, costs: model.Costs, forms: Sequence[Form], mine: Sequ
             action = "batch in workers" if form.merge_batch else "resize"
         else:
             action = "resize"
-        reason = ""
-        if work_ms is not None and cpu_share is not None:
-            reason = "{:.3f} ms per call, {:.0%} of it on the CPU".format(work_ms, cpu_share)
-            if form.kind == THREADS:
-                reason += " (it waits or releases the GIL: threads)"
-            elif form.kind == PROCESSES:
-                reason += " (Python/numpy work: processes)"
+        gil_share = cost.gil / cost.work if cost.gil_measured and cost.work > 0 else None
+        move = (cost.move.consumer * 1e3, cost.move.worker * 1e3) if cost.move is not None else None
+        rates = choice.kind_rates(k)
+        reason = _map_reason(work_ms, cpu_share, gil_share, move, rates, form.kind, cost.no_processes)
         if was.kind != SERIAL:
             before = "{}, {} {}".format(before, "auto" if unit.auto is not None else was.workers, before_what)
         workers = form.workers if form.kind != SERIAL else None
         if unit.auto is not None and form.kind != SERIAL:
             what, workers = "auto " + what, None
             reason += "; auto: the controller sizes it while running (the model's count: {})".format(form.workers)
-        choices.append(StageChoice(name, before, after, action, workers, what, work_ms, cpu_share, reason))
+        choices.append(StageChoice(name, before, after, action, workers, what, work_ms, cpu_share, reason,
+                                   gil_share, move, rates))
         k += 1
     return choices
+
+
+def _map_reason(work_ms: Optional[float], cpu_share: Optional[float], gil_share: Optional[float],
+                move: Optional[Tuple[float, float]], rates: Dict[str, float], kind: str,
+                no_processes: Optional[str]) -> str:
+    """Why a map runs as it does, in words: what was measured and the model's rates."""
+    if work_ms is None or cpu_share is None:
+        return ""
+    parts = ["{:.3f} ms per call, {:.0%} of it on a CPU".format(work_ms, cpu_share)]
+    if gil_share is not None:
+        parts.append("{:.0%} holding the GIL".format(gil_share))
+    if move is not None and kind == PROCESSES:
+        parts.append("moving a datapoint through a process {:.3f} ms of the consumer, {:.3f} ms of a worker".format(
+            *move))
+    text = ", ".join(parts)
+    if len(rates) > 1:
+        text += "; the model: " + ", ".join("{} {:.1f}/s".format(k, rates[k]) for k in (SERIAL, THREADS, PROCESSES)
+                                            if k in rates)
+    if no_processes:
+        text += "; not processes: " + no_processes
+    return text
 
 
 def _same_form(unit: Unit, form: Form, was: Form) -> bool:
@@ -276,10 +309,10 @@ def _limit_detail(estimate: model.Estimate, costs: model.Costs, cpus: int) -> st
         return ("the CPUs: the chain takes {:.3f} ms of CPU per datapoint (in the consumer and the workers), so {} "
                 "give at most {:.1f}/s. More needs cheaper work or more machines (remote producers)."
                 .format(estimate.cpu_per_datapoint * 1e3, _cpus_text(cpus), rate))
-    if estimate.limit == model.LIMIT_SOURCE and costs.source_name == _FROM_CACHE \
-            and max(parts, key=lambda p: parts[p]) == _FROM_CACHE:
+    if estimate.limit == model.LIMIT_SOURCE and costs.source_name == FROM_CACHE \
+            and max(parts, key=lambda p: parts[p]) == FROM_CACHE:
         return ("the consumer: after the first epoch the datapoints come from memory (CacheData, about {:.0f} us "
-                "each, up to {:.0f}/s), so the trainer is the limit.".format(parts[_FROM_CACHE] * 1e6, rate))
+                "each, up to {:.0f}/s), so the trainer is the limit.".format(parts[FROM_CACHE] * 1e6, rate))
     if estimate.limit == model.LIMIT_CONSUMER:
         return "the consumer: it takes {:.1f} datapoints/s (consumer_rate); the pipeline could give more.".format(rate)
     if estimate.limit == model.LIMIT_WORKERS:
@@ -299,54 +332,6 @@ def _limit_detail(estimate: model.Estimate, costs: model.Costs, cpus: int) -> st
                     heaviest, parts[heaviest] * 1e3, share, rate, nature))
     return ("{} in the consumer's thread: {:.3f} ms per datapoint ({:.0%} of its time), at most {:.1f}/s.".format(
         heaviest, parts[heaviest] * 1e3, share, rate))
-
-
-# ---------------------------------------------------------------------------------------------
-# Caching
-# ---------------------------------------------------------------------------------------------
-
-def _without_prefix(costs: model.Costs, level: int) -> model.Costs:
-    """The costs once the output of ``level`` comes from a cache: nothing below it costs anything."""
-    units = [model.UnitCost() if k <= level else u for k, u in enumerate(costs.units)]
-    above = costs.units[level + 1].calls if level + 1 < len(costs.units) else 1.0
-    read = _CACHE_READ_SECONDS * above
-    return model.Costs(read, read, units, costs.rate, costs.names, _FROM_CACHE)
-
-
-def _choose_cache(chain: Chain, costs: model.Costs, forms: List[Form], estimate: model.Estimate, cpus: int,
-                  consumer_rate: Optional[float], memory: Optional[int], seconds: float, stall_timeout: float) -> tuple:
-    """``(level, steady estimate, detail)``: the highest level whose output is worth caching, the
-    same every epoch and small enough (level None when there is none)."""
-    if any(u.kind == CACHE for u in chain.units):
-        return None, None, "the chain caches already"
-    candidates = []
-    for level in range(len(chain.units) - 1, -2, -1):
-        if level >= 0 and forms[level].merge_batch:
-            continue
-        steady = model.estimate(chain, _without_prefix(costs, level), forms, cpus, consumer_rate)
-        if steady.rate >= estimate.rate * CACHE_GAIN_NEEDED:
-            candidates.append((level, steady))
-    if not candidates:
-        return None, None, ""
-    levels, problem = check_levels(chain, candidates[0][0], min(2.0, max(0.2, 0.15 * seconds)), stall_timeout)
-    if problem:
-        return None, None, problem
-    why = ""
-    for level, steady in candidates:
-        found = levels[level]
-        name = costs.source_name if level < 0 else costs.names[level]
-        if not found.cacheable:
-            why = why or "{}: {}".format(name, found.why_not or "nothing to compare")
-            continue
-        total = found.total_bytes or 0.0
-        if memory is not None and total > memory:
-            why = why or "{}: its output ({}) exceeds the memory budget ({})".format(
-                name, _bytes_text(total), _bytes_text(memory))
-            continue
-        return level, steady, ("the output of {} ({} datapoints, about {}) was the same in two passes over {} "
-                               "datapoints, with no random draw: CacheData keeps it after the first epoch".format(
-                                   name, found.length, _bytes_text(total), found.compared))
-    return None, None, why
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,47 +424,53 @@ def tune(df: DataFlow, seconds: float = 10.0, *, warmup: float = 1.0, consumer_r
             _close(chain.base)
 
 
+def _measure(chain: Chain, seconds: float, warmup: float, stall_timeout: float) -> tuple:
+    """The all-serial run (with the GIL probe) and the echoes through a worker process:
+    ``(report, borrowed, timed functions, transports, problems)``."""
+    timed = [TimedFunc(u.func) if u.kind == WORK and u.func is not None else None for u in chain.units]
+    flow, borrowed = build(chain, [Form() for _ in chain.units], timed)
+    try:
+        with GilProbe(delay=warmup + GIL_PROBE_AFTER * seconds / 2):
+            measured = profile(flow, seconds / 2, warmup=warmup, stall_timeout=stall_timeout)
+    finally:
+        _close(flow)
+    moves, problems = transport.measure([t.sample if t is not None else None for t in timed]) \
+        if not measured.stalled else ([], [])
+    return measured, borrowed, timed, moves, problems
+
+
 def _tune(chain: Chain, seconds: float, warmup: float, consumer_rate: Optional[float], cpus: int,
           memory: Optional[int], stall_timeout: float) -> TuneResult:
     names = _unit_names(chain)
     source_name = _stage_name(chain.base, _kind_of(chain.base, False))
-    timed = [TimedFunc(u.func) if u.kind == WORK and u.func is not None else None for u in chain.units]
-    serial = [Form() for _ in chain.units]
-    flow, borrowed = build(chain, serial, timed)
-    try:
-        measured = profile(flow, seconds / 2, warmup=warmup, stall_timeout=stall_timeout)
-    finally:
-        _close(flow)
+    measured, borrowed, timed, moves, problems = _measure(chain, seconds, warmup, stall_timeout)
     if measured.stalled:
         return _stalled_result(measured, chain, cpus, memory)
-    costs = model.measure(measured, chain, borrowed, timed, names, source_name)
+    costs = model.measure(measured, chain, borrowed, timed, names, source_name, moves, problems)
     if costs is None:
         return _stalled_result(measured, chain, cpus, memory)
     mine = model.user_forms(chain)
-    forms, chosen = model.choose(chain, costs, cpus, consumer_rate)
-    level, steady, cache_detail = _choose_cache(chain, costs, forms, chosen, cpus, consumer_rate, memory,
-                                                seconds, stall_timeout)
+    choice = model.choose(chain, costs, cpus, consumer_rate)
+    trial, notes = None, []
+    if any(f.kind != SERIAL for f in choice.forms):
+        trial, choice, notes = _trials(chain, costs, choice, cpus, consumer_rate, seconds / 2, warmup, stall_timeout)
+    forms, chosen = choice.forms, choice.estimate
+    level, steady, cache_detail = choose_cache(chain, costs, forms, chosen, cpus, consumer_rate, memory,
+                                               seconds, stall_timeout)
     code = render(chain, forms, level)
     unchanged = level is None and all(_same_form(u, f, m) for u, f, m in zip(chain.units, forms, mine))
     all_serial = all(f.kind == SERIAL for f in mine)
-    result = TuneResult(code.text, _choices(chain, costs, forms, mine), chosen.rate, chosen.limit,
+    result = TuneResult(code.text, _choices(chain, costs, choice, mine), chosen.rate, chosen.limit,
                         _limit_detail(chosen, costs, cpus), cpus, memory, code.names, code.fill_in,
                         model_datapoints_per_sec=chosen.rate, unchanged=unchanged, measured=measured,
-                        cache_detail=cache_detail)
+                        cache_detail=cache_detail, notes=notes, trial=trial,
+                        splits=split.suggest(chain, costs, forms, cpus, consumer_rate))
     if all_serial:
         result.before_datapoints_per_sec, result.before_measured = costs.rate, True
     elif all(f.workers is not None for f in mine):
         result.before_datapoints_per_sec = model.estimate(chain, costs, mine, cpus, consumer_rate).rate
-    if any(f.kind != SERIAL for f in forms):
-        result.trial = _trial(chain, forms, seconds / 2, warmup, stall_timeout)
-        if result.trial.stalled:
-            result.notes.append("The trial run of this configuration stalled: {}".format(result.trial.suggestion))
-        else:
-            result.trial_datapoints_per_sec = result.trial.datapoints_per_sec
-            result.expected_datapoints_per_sec = result.trial_datapoints_per_sec
-            if result.trial_datapoints_per_sec < 0.7 * chosen.rate:
-                result.notes.append("The trial ran well below the model: the machine may be busy, or moving the "
-                                    "datapoints costs more than estimated. Its profile: result.trial.")
+    if trial is not None and not trial.stalled:
+        result.trial_datapoints_per_sec = result.expected_datapoints_per_sec = trial.datapoints_per_sec
     elif unchanged and all_serial:
         result.expected_datapoints_per_sec = costs.rate
     if consumer_rate is not None:
@@ -488,13 +479,42 @@ def _tune(chain: Chain, seconds: float, warmup: float, consumer_rate: Optional[f
         result.cache = source_name if level < 0 else names[level]
         result.first_epoch_datapoints_per_sec = result.expected_datapoints_per_sec
         result.expected_datapoints_per_sec = result.model_datapoints_per_sec = steady.rate
-        result.limit_detail = _limit_detail(steady, _without_prefix(costs, level), cpus)
+        result.limit_detail = _limit_detail(steady, without_prefix(costs, level), cpus)
         result.limit = model.LIMIT_CONSUMER if result.limit_detail.startswith("the consumer") else steady.limit
     if not chain.units:
         result.notes.append("The tuner rebuilds MapData, MapDataComponent, FilterData, BatchData, CacheData, the "
                             "parallel maps and single-input stages it can copy; the top of this chain ({}) is none "
                             "of these, so it is kept as it is.".format(source_name))
     return result
+
+
+def _trials(chain: Chain, costs: model.Costs, choice: model.Choice, cpus: int, consumer_rate: Optional[float],
+            seconds: float, warmup: float, stall_timeout: float) -> tuple:
+    """Run the chosen configuration once: its rate is what to expect. When that falls short of the
+    model (by more than :data:`TRIAL_SHORTFALL`) and the model rates the other kinds of maps
+    (threads for processes, or the other way round) above what the trial gave and above the
+    serial chain, run those too and keep them when their trial is :data:`TRIAL_MARGIN` faster. Returns ``(the trial's report, the choice kept, notes)``."""
+    trial = _trial(chain, choice.forms, seconds, warmup, stall_timeout)
+    if trial.stalled:
+        return trial, choice, ["The trial run of this configuration stalled: {}".format(trial.suggestion)]
+    rate, model_rate = trial.datapoints_per_sec, choice.estimate.rate
+    if rate >= TRIAL_SHORTFALL * model_rate:
+        return trial, choice, []
+    runner = choice.runner_up()
+    serial = model.estimate(chain, costs, [Form() for _ in chain.units], cpus, consumer_rate).rate
+    if runner is None or runner[0] <= max(rate, serial) * model.GAIN_NEEDED:    # (not worth a trial)
+        return trial, choice, ["The trial ran well below the model ({:.1f}/s against {:.1f}/s): the machine may be "
+                               "busy, or the work costs more in parallel than measured in one thread. Its profile: "
+                               "result.trial.".format(rate, model_rate)]
+    other = _trial(chain, runner[1], seconds, warmup, stall_timeout)
+    kinds = ", ".join("{} {}".format(costs.names[k], f.kind) for k, f in enumerate(runner[1]) if f.kind != SERIAL)
+    if not other.stalled and other.datapoints_per_sec > rate * TRIAL_MARGIN:
+        kept = model.Choice(runner[1], model.estimate(chain, costs, runner[1], cpus, consumer_rate), choice.rated)
+        return other, kept, ["The first choice ran at {:.1f}/s in its trial, below the model's {:.1f}/s; a trial with "
+                             "{} gave {:.1f}/s: proposed instead.".format(rate, model_rate, kinds,
+                                                                         other.datapoints_per_sec)]
+    return trial, choice, ["The trial ran below the model ({:.1f}/s against {:.1f}/s); a trial with {} gave {:.1f}/s, "
+                           "no faster.".format(rate, model_rate, kinds, other.datapoints_per_sec)]
 
 
 def _trial(chain: Chain, forms: Sequence[Form], seconds: float, warmup: float, stall_timeout: float) -> ProfileReport:

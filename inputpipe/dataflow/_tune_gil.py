@@ -1,0 +1,135 @@
+"""How much of a map function's time holds the GIL: the part of its work that threads cannot run
+side by side. Used by the tuner (:mod:`inputpipe.dataflow.tuning`); private.
+
+While the tuner runs the chain with every map in one thread, in the last part of that run (the
+maps' times are taken before it: the probe makes a thread that runs Python code hand it the GIL
+now and then, which on a busy machine costs that thread a wait for the probe to get a CPU), a
+probe thread wakes at moments drawn at random in advance (1 ms apart on average, so they do not depend on what the measured thread
+does). To run, the probe needs the GIL. When the measured thread is inside a call that releases it
+(a file or network read, a sleep, OpenCV, large numpy operations), the probe runs at once; when the
+measured thread runs Python code, the probe waits until it releases the GIL or the interpreter's
+switch interval makes it. A moment at which the probe waited for the GIL (beyond its own wait for
+a CPU, read from schedstat) fell in a stretch that held the GIL. Each moment counts for the map
+function running at it (each call records when it ran in :data:`MARKER`; the probe may get the
+GIL only during a later call): its GIL share is its held moments over its moments.
+
+Example::
+
+    with GilProbe(delay=2.0):
+        ...                       # the chain runs; each TimedFunc marks itself while it runs
+    share = timed_func.gil_share()
+"""
+import collections
+import random
+import time
+from typing import Any, Deque, List, Optional, Tuple
+
+from ..utils import resources
+from ..utils.compat import native_thread_id
+from ..utils.concurrency import StoppableThread
+
+__all__ = ["GilProbe", "MARKER", "MIN_MOMENTS"]
+
+#: Mean seconds between two moments of the probe.
+PROBE_PERIOD = 0.001
+#: A probe that got the GIL this much later than its moment (its wait for a CPU taken out)
+#: waited for the GIL: the moment was in a GIL-held stretch.
+HELD_AFTER = 0.00015
+#: A function's GIL share is known once this many moments fell in its calls.
+MIN_MOMENTS = 20
+
+class _Marker:
+    """What the measured thread records for the probe: ``running``, the timed map function
+    running now and when it began (``(func, start)``, None between calls), ``recent``, the last
+    calls that ended (``(start, end, func)``); ``probing``: the probe is at work (the timed
+    functions and clocks do not count what they measure meanwhile)."""
+
+    running: Optional[Tuple[Any, float]] = None
+    recent: Deque[Tuple[float, float, Any]] = collections.deque(maxlen=256)
+    probing = False
+
+    def at(self, moment: float, running: Optional[Tuple[Any, float]], recent: List[Tuple[float, float, Any]]) -> Any:
+        """The function that was running at ``moment`` (None: none was)."""
+        if running is not None and running[1] <= moment:
+            return running[0]
+        for start, end, func in reversed(recent):
+            if start <= moment <= end:
+                return func
+            if end < moment:
+                return None
+        return None
+
+
+MARKER = _Marker()
+
+
+class GilProbe(StoppableThread):
+    """The probe thread (see the module doc), at work from ``delay`` seconds after it starts until
+    it stops; a context manager that starts and stops it. Each moment adds to ``gil_moments`` and,
+    when held, ``gil_held`` of the function running at it.
+
+    Example::
+
+        with GilProbe(delay=2.0):
+            profile(flow, seconds)
+    """
+
+    def __init__(self, delay: float = 0.0, period: float = PROBE_PERIOD, seed: int = 0):
+        super().__init__(name="inputpipe-gil-probe")
+        self.delay = delay
+        self.period = period
+        self._rng = random.Random(seed)
+        self._moment = 0.0               # the next moment (time.perf_counter())
+        self.moments = 0
+
+    def __enter__(self) -> "GilProbe":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+        self.join(timeout=1.0)
+        MARKER.probing = False
+        MARKER.recent.clear()            # (its entries hold the timed functions and their samples)
+
+    def _queued(self, native_id: Optional[int]) -> float:
+        found = resources.thread_schedstat(native_id) if native_id is not None else None
+        return 0.0 if found is None else found[1]
+
+    def run(self) -> None:
+        if self.wait_stopped(self.delay):
+            return
+        MARKER.probing = True
+        try:
+            self._probe()
+        finally:
+            MARKER.probing = False
+
+    def _probe(self) -> None:
+        native_id = native_thread_id()
+        perf = time.perf_counter
+        queued = self._queued(native_id)
+        self._moment = perf() + self._rng.uniform(0.0, 2.0 * self.period)
+        while not self.stopped():
+            delay = self._moment - perf()
+            if delay > 0:
+                time.sleep(delay)
+            got_gil = perf()
+            now_queued = self._queued(native_id)
+            self.count(got_gil, now_queued - queued, MARKER.running, list(MARKER.recent))
+            queued = now_queued
+
+    def count(self, got_gil: float, queued: float, running: Optional[Tuple[Any, float]],
+              recent: List[Tuple[float, float, Any]]) -> None:
+        """Count the moments up to ``got_gil`` (when the probe got the GIL, having waited
+        ``queued`` seconds for a CPU since it last got it), each for the function running at it
+        (``running``, ``recent``: see :class:`_Marker`): those before ``got_gil - queued -
+        HELD_AFTER`` fell in a stretch that held the GIL; then draw the next moment."""
+        held_until = got_gil - queued - HELD_AFTER
+        while self._moment <= got_gil:
+            self.moments += 1
+            holder = MARKER.at(self._moment, running, recent)
+            if holder is not None:
+                holder.gil_moments += 1
+                holder.gil_held += self._moment < held_until
+            self._moment += self._rng.uniform(0.0, 2.0 * self.period)

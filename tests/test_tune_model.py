@@ -1,0 +1,245 @@
+"""The tuner's model and choice, fed measurements made up here (no timing): both forms of a
+parallel map are modelled (threads held to one GIL's worth of the work that holds it, processes
+charged their CPU share and the measured cost of moving their datapoints) and the faster one is
+chosen; a map that both waits and computes gets a suggestion to split it; the trial runs check
+the expectation and try the other form when it falls short; the GIL probe counts its moments."""
+import itertools
+import time
+
+import pytest
+
+from inputpipe.dataflow import DataFromGenerator, MapData
+from inputpipe.dataflow import _tune_model as model
+from inputpipe.dataflow import _tune_split as split
+from inputpipe.dataflow import tuning
+from inputpipe.dataflow._tune_chain import PROCESSES, SERIAL, THREADS, TimedFunc, read_chain
+from inputpipe.dataflow._tune_gil import HELD_AFTER, MARKER, GilProbe
+from inputpipe.dataflow._tune_transport import Transport
+
+MS = 1e-3
+SOURCE = 0.01 * MS                     # a fast source: 10 us per datapoint
+
+
+def numbers():
+    for i in itertools.count():
+        yield [i]
+
+
+def fetch_and_decode(dp):
+    return dp
+
+
+def a_chain():
+    return read_chain(MapData(DataFromGenerator(numbers), fetch_and_decode))
+
+
+def costs_of(work, cpu, gil, out_bytes=16, move=None, no_processes=None):
+    """One map of ``work`` ms per datapoint, ``cpu`` ms of it on a CPU, ``gil`` ms holding the GIL."""
+    unit = model.UnitCost(own=work * MS + model.MAP_STEP_SECONDS, own_cpu=cpu * MS, work=work * MS, cpu=cpu * MS,
+                          gil=gil * MS, calls=1.0, in_bytes=16, out_bytes=out_bytes, move=move, gil_measured=True,
+                          no_processes=no_processes)
+    return model.Costs(SOURCE, SOURCE, [unit], 1.0 / (work * MS + SOURCE), ["MapData(fetch_and_decode)"],
+                       "DataFromGenerator")
+
+
+#: Moving a small datapoint through a worker process: 25 us of the consumer, 35 us of the worker.
+SMALL = Transport(consumer=25e-6, worker=35e-6, fixed_consumer=25e-6, fixed_worker=35e-6)
+#: ... and a 2 MiB array: it arrives in shared memory (90 us), the worker copies it in (170 us).
+LARGE = Transport(consumer=90e-6, worker=170e-6, fixed_consumer=25e-6, fixed_worker=35e-6)
+
+
+def test_a_map_that_waits_two_thirds_and_computes_in_python_goes_to_processes_past_the_cores():
+    # 6 ms of waiting and 3 ms of Python per datapoint, on 2 CPUs: threads share one GIL (3 ms a
+    # datapoint: 333/s); processes are charged a third of a CPU each: 6 keep 2 CPUs busy (650/s)
+    chain, costs = a_chain(), costs_of(work=9, cpu=3, gil=3, move=SMALL)
+    choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
+    (form,) = choice.forms
+    assert (form.kind, form.workers) == (PROCESSES, 6)
+    rates = choice.kind_rates(0)
+    assert rates[THREADS] == pytest.approx(1 / (3 * MS + SOURCE + model.THREAD_MESSAGE_SECONDS), rel=0.01)
+    assert rates[PROCESSES] == pytest.approx(2 / (3 * MS + 25e-6 + 35e-6 + SOURCE), rel=0.01)
+    assert rates[SERIAL] < rates[THREADS] < rates[PROCESSES]
+    assert choice.estimate.limit == model.LIMIT_CPUS
+    runner = choice.runner_up()
+    assert runner is not None and [f.kind for f in runner[1]] == [THREADS]
+
+
+def test_the_same_map_with_a_gil_releasing_computation_goes_to_threads():
+    # the same times, but the computing part releases the GIL (OpenCV, large numpy operations):
+    # threads are as fast as processes and take no copy of the process
+    chain, costs = a_chain(), costs_of(work=9, cpu=3, gil=0.05, move=SMALL)
+    choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
+    (form,) = choice.forms
+    assert form.kind == THREADS and 6 <= form.workers <= 7
+    rates = choice.kind_rates(0)
+    assert rates[THREADS] * model.GAIN_NEEDED >= rates[PROCESSES]
+
+
+@pytest.mark.parametrize("move,kind", [(LARGE, PROCESSES), (None, SERIAL)], ids=["measured", "per-byte guess"])
+def test_large_outputs_pay_their_measured_transport_not_a_copy_per_byte(move, kind):
+    # 0.5 ms of Python making a 2 MiB array: through shared memory the consumer pays 90 us for it
+    # and two processes are faster than the map in the consumer's thread; at a per-byte price
+    # (the fixed guess when nothing was measured) it would stay serial
+    chain, costs = a_chain(), costs_of(work=0.5, cpu=0.5, gil=0.5, out_bytes=2 << 20, move=move)
+    choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
+    assert choice.forms[0].kind == kind
+    if kind == PROCESSES:
+        assert choice.forms[0].workers == 2
+        assert choice.kind_rates(0)[PROCESSES] > 1.3 * choice.kind_rates(0)[SERIAL]
+
+
+def test_a_cpu_bound_python_map_gets_one_process_per_cpu_and_threads_are_no_faster_than_serial():
+    chain, costs = a_chain(), costs_of(work=4, cpu=4, gil=4, move=SMALL)
+    for cpus in (2, 3):
+        choice = model.choose(chain, costs, cpus=cpus, consumer_rate=None)
+        assert (choice.forms[0].kind, choice.forms[0].workers) == (PROCESSES, cpus)
+        rates = choice.kind_rates(0)
+        assert rates[THREADS] == pytest.approx(rates[SERIAL], rel=0.02)
+
+
+def test_a_sleeping_map_gets_threads_sized_for_the_consumer():
+    chain, costs = a_chain(), costs_of(work=10, cpu=0.05, gil=0.05, move=SMALL)
+    choice = model.choose(chain, costs, cpus=2, consumer_rate=400)
+    assert (choice.forms[0].kind, choice.forms[0].workers) == (THREADS, 5)    # 400/s x 10 ms x 1.1
+    assert choice.estimate.limit == model.LIMIT_CONSUMER
+
+
+def test_a_map_whose_datapoints_cannot_cross_to_a_process_never_gets_processes():
+    chain = a_chain()
+    costs = costs_of(work=4, cpu=4, gil=4, no_processes="a datapoint it gives cannot cross to a worker process")
+    choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
+    assert choice.forms[0].kind != PROCESSES and PROCESSES not in choice.kind_rates(0)
+
+
+def test_processes_are_never_more_than_the_cpus_keep_busy_at_their_share():
+    for wait in (0, 1, 3, 6, 12, 30):
+        chain, costs = a_chain(), costs_of(work=3 + wait, cpu=3, gil=3, move=SMALL)
+        choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
+        for _, forms in choice.rated:
+            if forms[0].kind == PROCESSES:
+                share = (3 * MS + SMALL.worker) / ((3 + wait) * MS + SMALL.worker)
+                assert 1 <= forms[0].workers <= int(2 / share * 1.05 + 1e-9), (wait, forms[0].workers)
+
+
+# -------------------------------------------------------------------------------- the split
+
+def test_a_map_that_waits_and_computes_in_python_gets_a_split_with_its_code():
+    chain, costs = a_chain(), costs_of(work=9, cpu=3, gil=3, move=SMALL)
+    choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
+    (found,) = split.suggest(chain, costs, choice.forms, 2, None)
+    assert (found.stage, found.wait_ms, found.compute_ms) == ("MapData(fetch_and_decode)", pytest.approx(6.0),
+                                                             pytest.approx(3.0))
+    assert found.processes == 2 and found.threads >= 4 and found.unsplit_workers == 6
+    assert found.expected >= found.unsplit / model.GAIN_NEEDED
+    assert found.code.splitlines() == [
+        "df = MultiThreadMapData(df, {}, fetch_and_decode_wait, strict=True, ordered=True)      "
+        "# the wait: reads, requests".format(found.threads),
+        "df = MultiProcessMapData(df, 2, fetch_and_decode_compute, strict=True, ordered=True)     "
+        "# the computing: decode, augment"]
+    assert found.text().startswith("Split MapData(fetch_and_decode): it waits 6.0 ms and computes 3.0 ms per call, "
+                                   "holding the GIL. As two functions, fetch_and_decode_wait (the wait) in ")
+
+
+@pytest.mark.parametrize("work,cpu,gil", [(4, 4, 4), (9, 3, 0.05), (10, 0.05, 0.05)],
+                         ids=["computes only", "releases the GIL", "waits only"])
+def test_no_split_for_maps_that_only_compute_release_the_gil_or_only_wait(work, cpu, gil):
+    chain, costs = a_chain(), costs_of(work=work, cpu=cpu, gil=gil, move=SMALL)
+    choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
+    assert split.suggest(chain, costs, choice.forms, 2, None) == []
+
+
+# ------------------------------------------------------------------------------ the trials
+
+class FakeTrial:
+    """What _trial returns: a profile report with a rate."""
+    stalled = False
+    suggestion = ""
+
+    def __init__(self, rate):
+        self.datapoints_per_sec = rate
+
+
+@pytest.mark.parametrize("rates,kept,note", [
+    ((600,), PROCESSES, None),                          # within 80% of the model: nothing else is tried
+    ((300, 320), PROCESSES, "The trial ran below the model (300.0/s against 6"),        # tried, not 20% faster
+    ((200, 320), THREADS, "The first choice ran at 200.0/s in its trial, below the model's 6"),
+])
+def test_a_trial_short_of_the_model_tries_the_other_form_and_keeps_it_when_clearly_faster(monkeypatch, rates, kept,
+                                                                                        note):
+    chain, costs = a_chain(), costs_of(work=9, cpu=3, gil=3, move=SMALL)
+    choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
+    given = []
+
+    def trial(chain, forms, seconds, warmup, stall_timeout):
+        given.append([f.kind for f in forms])
+        return FakeTrial(rates[len(given) - 1])
+
+    monkeypatch.setattr(tuning, "_trial", trial)
+    report, kept_choice, notes = tuning._trials(chain, costs, choice, 2, None, 1.0, 0.1, 30.0)
+    assert given == [[PROCESSES], [THREADS]][:len(rates)]
+    assert kept_choice.forms[0].kind == kept and report.datapoints_per_sec == max(
+        rates if kept == THREADS else rates[:1])
+    assert (notes[0].startswith(note) if note else notes == [])
+
+
+def test_no_second_trial_when_the_other_form_is_no_faster_than_serial(monkeypatch):
+    chain, costs = a_chain(), costs_of(work=4, cpu=4, gil=4, move=SMALL)        # threads = serial
+    choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
+    calls = []
+    monkeypatch.setattr(tuning, "_trial", lambda *args: calls.append(1) or FakeTrial(100.0))
+    _, kept, notes = tuning._trials(chain, costs, choice, 2, None, 1.0, 0.1, 30.0)
+    assert calls == [1] and kept.forms[0].kind == PROCESSES
+    assert notes[0].startswith("The trial ran well below the model (100.0/s against ")
+
+
+# ------------------------------------------------------------------------------ the GIL probe
+
+class Holder:
+    gil_moments = gil_held = 0
+
+
+def test_the_probe_counts_moments_in_a_held_stretch_for_the_function_running_at_each():
+    probe = GilProbe(period=0.001, seed=3)
+    loop, nap = Holder(), Holder()
+    probe._moment = 10.0
+    # a loop held the GIL from 9.99 to 10.02, then a nap began: the probe got the GIL at 10.0205,
+    # during the nap, 20.5 ms after its first moment
+    probe.count(10.0205, 0.0, (nap, 10.02), [(9.99, 10.02, loop)])
+    assert loop.gil_moments >= 10 and loop.gil_held == loop.gil_moments      # every moment held, the loop's
+    assert nap.gil_moments == nap.gil_held <= 1
+    moments = probe.moments
+    probe.count(probe._moment + 0.00005, 0.0, (nap, 10.02), [])       # 50 us after its moment: the GIL was free
+    assert probe.moments == moments + 1 and nap.gil_moments == nap.gil_held + 1
+
+
+def test_the_probes_own_wait_for_a_cpu_is_not_taken_for_a_held_gil():
+    probe = GilProbe(period=0.001, seed=3)
+    holder = Holder()
+    probe._moment = 10.0
+    probe.count(10.004, 0.004 - HELD_AFTER / 2, (holder, 9.0), [])    # 4 ms late, all of it in the run queue
+    assert holder.gil_moments >= 1 and holder.gil_held == 0
+    probe.count(probe._moment, 0.0, None, [(9.0, 9.5, holder)])      # between the timed functions' calls
+    assert probe.moments == holder.gil_moments + 1
+
+
+def spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_the_probe_tells_python_work_from_a_sleep():
+    """A measurement, asserted only in what no load can change: a function that sleeps never
+    holds the GIL for long, a busy loop in Python holds it all the time (some of its moments
+    can be missed while the probe waits for a CPU, never the other way round)."""
+    naps, loops = TimedFunc(lambda dp: time.sleep(0.002)), TimedFunc(lambda dp: spin(0.002))
+    with GilProbe():
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            naps(None)
+            loops(None)
+    assert MARKER.probing is False and MARKER.running is None
+    assert naps.gil_share() is not None and loops.gil_share() is not None
+    assert naps.gil_share() < 0.2 and loops.gil_share() > naps.gil_share() + 0.3
+    assert naps.clock.calls == loops.clock.calls == 0      # nothing timed while the probe was at work
