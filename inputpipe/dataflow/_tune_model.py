@@ -310,11 +310,25 @@ class Choice:
         return rates
 
 
+    def batch_rates(self, k: int) -> Dict[str, float]:
+        """The model's best rate with map ``k`` (in processes) batching ``"in the workers"`` and
+        ``"in the consumer"``, the other units in the kinds chosen."""
+        rates: Dict[str, float] = {}
+        for rate, forms in self.rated:
+            if forms[k].kind == self.forms[k].kind and all(
+                    f.kind == c.kind for j, (f, c) in enumerate(zip(forms, self.forms)) if j != k):
+                where = "in the workers" if forms[k].merge_batch else "in the consumer"
+                rates[where] = max(rate, rates.get(where, 0.0))
+        return rates
+
+
 def choose(chain: Chain, costs: Costs, cpus: float, consumer_rate: Optional[float]) -> Choice:
     """The configuration to propose: of all the forms the units may take (serial, threads or
     processes, batching in the workers where a BatchData follows), each sized and rated, the one
     with the fewest changes among those within :data:`GAIN_NEEDED` of the best rate, then the one
-    with the fewest units in processes (threads cost no copy of the process) and workers; large
+    with the fewest maps whose work is mostly Python in threads (the GIL's hand-overs cost more
+    than the model counts), the fewest units in processes (threads cost no copy of the process)
+    and workers; large
     datapoints are batched in the workers. Then each parallel map the user configured keeps its
     kind and count where that is as fast (within the margin) and uses few more workers."""
     mine = user_forms(chain)
@@ -338,7 +352,10 @@ def choose(chain: Chain, costs: Costs, cpus: float, consumer_rate: Optional[floa
         against_size = sum(f.merge_batch != (costs.units[k].out_bytes >= LARGE_DATAPOINT_BYTES or mine[k].merge_batch)
                            for k, f in enumerate(forms) if _can_merge(chain, k, f.kind))
         in_processes = sum(f.kind == PROCESSES for f in forms)
-        return (against_size, _changes(chain, forms, mine), in_processes, sum(f.workers or 0 for f in forms), -rate)
+        python_in_threads = sum(f.kind == THREADS and costs.units[k].gil >= 0.5 * costs.units[k].work > 0
+                                for k, f in enumerate(forms))
+        return (against_size, _changes(chain, forms, mine), python_in_threads, in_processes,
+                sum(f.workers or 0 for f in forms), -rate)
 
     near = [item for item in rated if item[0] * GAIN_NEEDED >= best_rate]
     forms = min(near, key=preference)[1]

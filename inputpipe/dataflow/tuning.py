@@ -56,7 +56,9 @@ class StageChoice:
     """What the tuner chose for one stage of the chain (``after``) and why, from how it was
     written (``before``). ``action`` is ``"keep"``, ``"parallel"`` (a serial map made parallel),
     ``"resize"`` (another number of workers), ``"switch"`` (threads <-> processes),
-    ``"batch in workers"`` or ``"batch in the consumer"``. For a map: ``work_ms`` is its
+    ``"batch in workers"`` or ``"batch in the consumer"``. For a BatchData after a map in
+    processes, ``rates`` are the model's rates with the batching ``"in the workers"`` and ``"in
+    the consumer"``. For a map: ``work_ms`` is its
     function's time per call (without waits for a CPU), ``cpu_share`` the share of it spent on a
     CPU and ``gil_share`` the share that held the GIL (None where too few moments fell in its
     calls to tell); ``move_ms`` the consumer's and a worker's CPU to move one datapoint and its
@@ -241,7 +243,11 @@ def _choices(chain: Chain, costs: model.Costs, choice: model.Choice, mine: Seque
                          "messages".format(costs.units[k].own * 1e3)
             elif unit.in_workers and not merged_now:
                 action = "batch in the consumer"
-            choices.append(StageChoice(name, before, after, action, reason=reason))
+            rates = choice.batch_rates(k - 1) if k > 0 and forms[k - 1].kind == PROCESSES else {}
+            if len(rates) > 1:
+                reason += "{}the model: {}".format("; " if reason else "", ", ".join(
+                    "{} {:.1f}/s".format(where, rate) for where, rate in sorted(rates.items())))
+            choices.append(StageChoice(name, before, after, action, reason=reason, rates=rates))
             k += 1
             continue
         cost = costs.units[k]
