@@ -63,7 +63,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from autotune_pipelines import PIPELINES, RESULT_PREFIX, label, run_child, spin  # noqa: E402
+from autotune_pipelines import PIPELINES, RESULT_PREFIX, label, run_child  # noqa: E402
+from autotune_work import spin  # noqa: E402
 
 ROLES = ("hand", "auto", "grid best", "tune()", "tf.data AUTOTUNE")
 
@@ -138,13 +139,15 @@ def measure(pipeline, config, args, calibration, warmup=None):
     """One run in a fresh subprocess (its own session, killed whole on a timeout)."""
     auto_like = config["kind"] in ("auto", "tf.data")
     spec = {"pipeline": pipeline, "config": config, "calibration": calibration, "seconds": args.seconds,
+            "phase_seconds": args.phase_seconds,
             "warmup": warmup if warmup is not None else (args.auto_warmup if auto_like else args.warmup),
             "tune_seconds": args.tune_seconds, "scratch": tempfile.mkdtemp(prefix="bench-autotune-")}
+    window = window_seconds(pipeline, args)
     spec_path = os.path.join(spec["scratch"], "spec.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, HERE]), TF_CPP_MIN_LOG_LEVEL="3")
-    timeout = spec["warmup"] + args.seconds + 4 * args.tune_seconds + 120
+    timeout = spec["warmup"] + window + 4 * args.tune_seconds + 120
     process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", spec_path],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                start_new_session=True)
@@ -170,6 +173,17 @@ def measure(pipeline, config, args, calibration, warmup=None):
         if line.startswith(RESULT_PREFIX):
             return json.loads(line[len(RESULT_PREFIX):])
     return {"error": "exit {}: {}".format(process.returncode, (err.strip().splitlines() or ["no output"])[-1])}
+
+
+def window_seconds(pipeline, args):
+    """Seconds counted in a run: ``--seconds``, or for a pipeline whose cost changes, every phase."""
+    phases = PIPELINES[pipeline].get("phases")
+    return args.seconds if not phases else args.phase_seconds * len(phases["names"])
+
+
+def phase_names(pipeline):
+    phases = PIPELINES[pipeline].get("phases")
+    return phases["names"] if phases else []
 
 
 def key(config):
@@ -216,6 +230,10 @@ def search(pipeline, args, calibration):
         roles["tune()"] = {"kind": "tune", "code": tuned["code"], "names": tuned["names"], "label": tuned["label"]}
     if not args.no_tfdata:
         roles["tf.data AUTOTUNE"] = {"kind": "tf.data", "label": "tf.data AUTOTUNE"}
+    for k, name in enumerate(phase_names(pipeline)):          # the best fixed setting of each phase
+        if measured:
+            phase_best = max(measured, key=lambda s: s["result"]["phases"][k]["datapoints_per_s"])
+            roles["best in phase {} ({})".format(k + 1, name)] = phase_best["config"]
     entry = {"grid": searched, "grid_best": best and best["setting"], "tune": tuned, "costs_ms": spec["costs"],
              "consumer": spec["consumer"], "hand": label(roles["hand"])}
     return roles, entry
@@ -242,9 +260,10 @@ def take_turns(roles, args, calibration):
                 runs[pipeline, key(config)].append(result)
                 stages = "; ".join("{} {} (settled {:.1f} s)".format(s["stage"], history_text(s), s["settled_after_s"])
                                    for s in result["stages"])
-                print("round {} {:<26} {:<24} {:8.0f} datapoints/s, step {:.2f} ms (work {:.2f}) {}".format(
-                    round_index + 1, pipeline, label(config)[:24], result["datapoints_per_s"], result["step_ms"],
-                    result["consumer_work_ms"], stages), flush=True)
+                print("round {} {:<26} {:<24} {:8.0f} datapoints/s, step {:.2f} ms (work {:.2f}), others {:.2f} CPUs "
+                      "{}".format(round_index + 1, pipeline, label(config)[:24], result["datapoints_per_s"],
+                                  result["step_ms"], result["consumer_work_ms"], result["others_cpus"], stages),
+                      flush=True)
     return runs, errors
 
 
@@ -268,6 +287,8 @@ def summarize(pipeline, roles, runs, errors, entry, check_ns):
         "auto_vs_tfdata": ratio(median["auto"], median.get("tf.data AUTOTUNE")),
         "tune_vs_grid_best": ratio(median.get("tune()"), median.get("grid best")),
         "step_auto_vs_hand": ratio(per_role["auto"]["median_step_ms"], per_role["hand"]["median_step_ms"]),
+        "step_auto_vs_grid_best": ratio(per_role["auto"]["median_step_ms"],
+                                        (per_role.get("grid best") or {}).get("median_step_ms")),
         "consumer_work_auto_vs_hand": ratio(per_role["auto"]["median_consumer_work_ms"],
                                             per_role["hand"]["median_consumer_work_ms"])}
     cells = []
@@ -281,14 +302,16 @@ def summarize(pipeline, roles, runs, errors, entry, check_ns):
         cells.append(text + (" [{}]".format(info["setting"].replace("tune: ", "")) if role in ("grid best", "tune()")
                              else ""))
     hand, auto = per_role["hand"], per_role["auto"]
+    best = per_role.get("grid best") or {}
     step = ""
     if PIPELINES[pipeline]["consumer"] != "none" and hand["median_step_ms"] and auto["median_step_ms"]:
-        step = "{:.2f} / {:.2f} ({:.2f} / {:.2f})".format(hand["median_step_ms"], auto["median_step_ms"],
-                                                          hand["median_consumer_work_ms"],
-                                                          auto["median_consumer_work_ms"])
+        step = "{:.2f} / {:.2f} / {} ({:.2f} / {:.2f})".format(
+            hand["median_step_ms"], auto["median_step_ms"],
+            "{:.2f}".format(best["median_step_ms"]) if best.get("median_step_ms") else "-",
+            hand["median_consumer_work_ms"], auto["median_consumer_work_ms"])
     row = [pipeline, "{} [{}]".format(cells[0], hand["setting"])] + cells[1:] + [
-        fmt_ratio(ratios["auto_vs_grid_best"]), fmt_ratio(ratios["auto_vs_hand"]), fmt_ratio(ratios["auto_vs_tfdata"]),
-        step]
+        fmt_ratio(ratios["auto_vs_grid_best"]), fmt_ratio(ratios["tune_vs_grid_best"]),
+        fmt_ratio(ratios["auto_vs_hand"]), fmt_ratio(ratios["auto_vs_tfdata"]), step]
     auto_rows = []
     entry["auto_stages"] = {}
     for stage in (auto["runs"][-1]["stages"] if auto["runs"] else []):
@@ -304,7 +327,38 @@ def summarize(pipeline, roles, runs, errors, entry, check_ns):
                           "{:.0f}".format(statistics.median(r["from_start_datapoints_per_s"] for r in auto["runs"])),
                           "{:.3f}%".format(100 * statistics.median(shares)),
                           "{:.0f}".format(stage["controller_us_per_decision"])])
-    return row, auto_rows
+    return row, auto_rows, phase_rows(pipeline, per_role, entry)
+
+
+def phase_rows(pipeline, per_role, entry):
+    """For a pipeline whose cost changes: each role's median rate per phase, and auto against the
+    best fixed setting of that phase (the grid's best over the phases' own rates, run in the rounds)."""
+    names = phase_names(pipeline)
+    if not names:
+        return []
+    rows, entry["phases"] = [], {}
+    for k, name in enumerate(names):
+        medians = {}
+        for role, info in per_role.items():
+            rates = [r["phases"][k]["datapoints_per_s"] for r in info["runs"] if r.get("phases")]
+            if rates:
+                medians[role] = (statistics.median(rates), min(rates), max(rates), info["setting"])
+        phase_best = "best in phase {} ({})".format(k + 1, name)
+        best_fixed = max((v for role, v in medians.items() if role not in ("auto", "tune()", "tf.data AUTOTUNE")),
+                         key=lambda v: v[0], default=None)
+        entry["phases"][name + " #{}".format(k + 1)] = {
+            "medians": {role: v[0] for role, v in medians.items()},
+            "best_fixed": best_fixed and {"setting": best_fixed[3], "median": best_fixed[0]},
+            "auto_vs_best_fixed": ratio(medians.get("auto", (None,))[0], best_fixed and best_fixed[0])}
+
+        def cell(role, medians=medians):
+            v = medians.get(role)
+            return "{:.0f} ({:.0f}-{:.0f})".format(*v[:3]) if v else "-"
+        rows.append([pipeline, "{} {}".format(k + 1, name), cell("auto"), cell("grid best"),
+                     "{} [{}]".format(cell(phase_best), medians[phase_best][3]) if phase_best in medians else "-",
+                     "{:.0f} [{}]".format(best_fixed[0], best_fixed[3]) if best_fixed else "-", cell("tune()"),
+                     cell("tf.data AUTOTUNE"), fmt_ratio(entry["phases"][name + " #{}".format(k + 1)]["auto_vs_best_fixed"])])
+    return rows
 
 
 def main():
@@ -314,6 +368,8 @@ def main():
     parser.add_argument("--warmup", type=float, default=1.5, help="warm-up of pinned settings (s)")
     parser.add_argument("--auto-warmup", type=float, default=4.0, help="warm-up of auto and tf.data (s)")
     parser.add_argument("--tune-seconds", type=float, default=4.0, help="tune(df, seconds=...)")
+    parser.add_argument("--phase-seconds", type=float, default=6.0,
+                        help="seconds of each phase of the pipeline whose cost changes (the window is all of them)")
     parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=list(PIPELINES))
     parser.add_argument("--no-tfdata", action="store_true", help="skip tf.data")
     parser.add_argument("--quick", action="store_true", help="one round of short runs, two grid points: every path")
@@ -323,6 +379,7 @@ def main():
         return run_child(args.child)
     if args.quick:
         args.repeats, args.seconds, args.warmup, args.auto_warmup, args.tune_seconds = 1, 0.5, 0.3, 1.2, 1.0
+        args.phase_seconds = 1.0
     from tabulate import tabulate
 
     began = time.time()
@@ -338,19 +395,34 @@ def main():
     for pipeline in args.pipelines:
         roles[pipeline], report["pipelines"][pipeline] = search(pipeline, args, calibration)
     runs, errors = take_turns(roles, args, calibration)
-    rows, auto_rows = [], []
+    rows, auto_rows, phase_table = [], [], []
     for pipeline in args.pipelines:
-        row, stage_rows = summarize(pipeline, roles[pipeline], runs, errors, report["pipelines"][pipeline], check_ns)
+        row, stage_rows, phases = summarize(pipeline, roles[pipeline], runs, errors, report["pipelines"][pipeline],
+                                            check_ns)
         rows.append(row)
         auto_rows += stage_rows
+        phase_table += phases
+    loads = [r["others_cpus"] for results in runs.values() for r in results]
+    report["others_cpus_during_runs"] = {"min": min(loads), "median": statistics.median(loads), "max": max(loads)} \
+        if loads else None
 
     print()
     print(tabulate(rows, headers=["pipeline", "hand dp/s [setting]", "auto dp/s", "grid best dp/s [setting]",
                                   "tune() dp/s [setting]", "tf.data AUTOTUNE dp/s", "auto / grid best (>= 0.95)",
-                                  "auto / hand (>= 1)", "auto / tf.data (> 1)", "step ms hand / auto (consumer work)"],
+                                  "tune() / grid best (>= 0.95)", "auto / hand (>= 1)", "auto / tf.data (> 1)",
+                                  "step ms hand / auto / grid best (consumer work hand / auto)"],
                    tablefmt="github"))
     print("dp/s: datapoints the consumer took per second, median (min-max) over {} round(s); step: wall ms per "
-          "datapoint in the consumer, of it the consumer's own work".format(args.repeats))
+          "datapoint in the consumer, of it the consumer's own work. Other programs' load during the counted windows "
+          "(CPUs busy outside the benchmark): {}".format(
+              args.repeats, "min {min:.2f}, median {median:.2f}, max {max:.2f}".format(
+                  **report["others_cpus_during_runs"]) if loads else "-"))
+    if phase_table:
+        print("\nPer phase of the pipeline whose cost changes (dp/s, median (min-max)); best fixed: the best of "
+              "the fixed settings run in the rounds, in that phase:")
+        print(tabulate(phase_table, headers=["pipeline", "phase", "auto", "grid best (overall)",
+                                             "best fixed in this phase [setting]", "best fixed [setting]", "tune()",
+                                             "tf.data AUTOTUNE", "auto / best fixed"], tablefmt="github"))
     print("\n\"auto\" per stage (workers over time: the last round's history; settled: seconds from the start to the "
           "last change, median (min-max) over the rounds; from start: datapoints/s over warm-up and window; "
           "controller: CPU of its decisions plus {:.0f} ns of checks per datapoint, median share of one core, "
