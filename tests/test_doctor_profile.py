@@ -389,3 +389,21 @@ def test_busy_share_from_worker_stats_points_at_the_transfer():
     assert stage.busy_share == pytest.approx(0.1, abs=0.02)
     assert "2 threads, busy 10%" in report.table()
     assert "busy only 10% of the time: the cost is in moving results" in report.suggestion
+
+
+def test_a_process_map_whose_workers_wait_is_told_how_many_the_cores_keep_busy():
+    """From the numbers of a report (no timing): workers busy 95% of the window and on a CPU 30%
+    of it spend 32% of their working time on a CPU, so 2 cores keep 6 of them busy, the count
+    num_proc='auto' grows to (each charged its CPU share); CPU-bound workers get no such note."""
+    from inputpipe.dataflow.diagnosis import PARALLEL_MAP, SOURCE, StageProfile, suggest
+
+    def report(cpu):
+        source = StageProfile("DataFromList", SOURCE, "DataFromList", "df.ds", 1, datapoints=100, own_seconds=0.001)
+        stage = StageProfile("MultiProcessMapData(fetch)", PARALLEL_MAP, "MultiProcessMapData", "df", 0,
+                             datapoints=100, own_seconds=0.999, share=0.999, inputs=[1], workers=2,
+                             worker_unit="processes", busy_share=0.95, worker_cpu_share=cpu)
+        return ProfileReport([stage, source], 1.0, 100, 0.0, 0.1, limiting_index=0, cpu_count=2)
+
+    assert ("Its workers spend 32% of their working time on a CPU and wait the rest (I/O): at that share the 2 "
+            "cores keep about 6 of them busy (num_proc='auto' grows that far)." in suggest(report(0.3)))
+    assert "of their working time on a CPU" not in suggest(report(0.9))

@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..utils.resources import cpu_budget
+from ..utils.resources import cpu_budget, cpu_share, workers_within
 
 __all__ = ["StageProfile", "ProfileReport"]
 
@@ -313,6 +313,13 @@ def _suggest_parallel(stage: StageProfile, stages: List[StageProfile], index: in
                 "use MultiProcessMapData(num_proc={}); if it waits on I/O or releases the GIL, raise num_thread "
                 "to {}.".format(unit, more, more) + remark)
     notes = []
+    share = cpu_share(cpu * workers, busy * workers) if cpu is not None and busy else None
+    if stage.kind in (PARALLEL_MAP, RUNNER) and share is not None and share < 0.75:
+        fits = workers_within(cores, share)
+        if fits > workers:
+            notes.append(" Its workers spend {:.0%} of their working time on a CPU and wait the rest (I/O): at that "
+                         "share the {} cores keep about {} of them busy (num_proc='auto' grows that far).".format(
+                             share, cores, fits))
     if cpu is not None and busy is None and cpu < 0.3:
         notes.append(" Its workers use little CPU ({:.0%}): if map_func does not wait on I/O, the time goes to "
                      "moving data, and batching in the workers (MultiProcessMapAndBatchData) helps more than more "
