@@ -136,8 +136,8 @@ def test_threads_that_wait_for_io_grow_beyond_the_cpus():
     # sleeping threads use no CPU: the budget of 1 CPU does not stop them (up to 8 per CPU)
     df = MultiThreadMapData(Forever(), Autoscale(interval=0.1, cpu_budget=1), sleep_20ms, buffer_size="auto")
     df.reset_state()
-    with df:
-        iterate(df, 3.0, until=lambda d: d.num_workers > 2)
+    with df:     # (on a busy machine a growth may be undone, then tried again 20 decisions later)
+        iterate(df, 15.0, until=lambda d: d.num_workers > 2)
     assert max(counts(df)) > 2 and max(counts(df)) <= 8
 
 
@@ -146,9 +146,13 @@ def test_a_stage_under_a_slow_consumer_shrinks(cls):
     df = cls(Forever(), Autoscale(interval=0.1, start=4, cpu_budget=4), identity, buffer_size=16)
     df.reset_state()
     with df:
-        iterate(df, 3.0, consumer_sleep=0.005, until=lambda d: d.num_workers == 1)
-    assert counts(df)[0] == 4 and counts(df)[-1] == 1
-    assert all(change.reason.startswith("shrink: the consumer waited") for change in df.worker_count_history()[1:])
+        iterate(df, 15.0, consumer_sleep=0.005, until=lambda d: d.num_workers == 1)
+    history = df.worker_count_history()
+    assert counts(df)[0] == 4 and counts(df)[-1] == 1, history
+    # (on a busy machine a shrink after which the consumer waited is undone, and tried again)
+    assert history[1].reason.startswith("shrink: the consumer waited"), history
+    assert all(change.reason.startswith(("shrink: the consumer waited", "undo: the consumer waited"))
+               for change in history[1:]), history
 
 
 def test_model_a_stage_grows_toward_the_consumers_rate_at_most_doubling(clock):
@@ -214,7 +218,7 @@ def test_worker_processes_that_wait_outnumber_the_cpus():
     df = MultiProcessMapData(Forever(), Autoscale(interval=0.05, cpu_budget=1), sleep_20ms, buffer_size="auto")
     df.reset_state()
     with df:
-        iterate(df, 10.0, until=lambda d: d.num_workers > 2)
+        iterate(df, 15.0, until=lambda d: d.num_workers > 2)
     assert 2 < max(counts(df)) <= 8
     grown = [c for c in df.worker_count_history()[1:] if c.reason.startswith("grow")]
     assert grown and all(c.workers <= 8 for c in grown)
@@ -277,7 +281,7 @@ def test_the_controller_reports_its_own_cost():
     df = MultiProcessMapData(Forever(), Autoscale(interval=0.02, cpu_budget=2), sleep_20ms)
     df.reset_state()
     with df:
-        iterate(df, 0.5)
+        iterate(df, 10.0, until=lambda d: d.autoscale_cost()["decisions"] >= 5)
         cost = df.autoscale_cost()
     assert cost["decisions"] >= 5
     assert cost["cpu_seconds"] > 0 and cost["resize_seconds"] >= 0

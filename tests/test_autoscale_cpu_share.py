@@ -140,3 +140,16 @@ def test_schedstat_readers(tmp_path):
     (tmp_path / "79" / "task" / "79").mkdir(parents=True)
     (tmp_path / "79" / "task" / "79" / "schedstat").write_text("garbage\n")
     assert resources.process_schedstat(79, proc_root=str(tmp_path)) is None
+
+
+def test_a_stage_under_a_slow_consumer_shrinks_on_a_busy_machine_too(clock):
+    # 2 workers feed a consumer that takes 90/s: each is busy 45% of the time, half of it waiting
+    # for a CPU that other programs hold. Counted as busy, 1.1 workers' worth is idle (no shrink);
+    # the waits taken out, 1.55 is: one worker is enough
+    stage = ModelStage(Autoscale(interval=0.5, start=2, cpu_budget=2), per_worker=100, consumer=90, cpu_share=1.0,
+                       runqueue_share=0.5, kind="processes", clock=clock)
+    stage.run_for(10.0)
+    history = stage.worker_count_history()
+    assert [c.workers for c in history] == [2, 1]
+    assert history[1].reason.startswith("shrink: the consumer waited 0%") and history[1].reason.endswith(
+        "(1.5 workers idle)")

@@ -198,11 +198,12 @@ def two_megabytes(dp):
 
 
 def test_work_that_waits_grows_only_as_far_as_the_memory_budget():
-    """A map that waits takes little CPU, so its CPU share would allow 8 processes on one CPU; its
+    """A map that waits takes little CPU, so its CPU share would allow many processes on 8 CPUs
+    (the more, on a busy machine, where making and copying its arrays takes longer); its
     datapoints (2 MiB, up to 24 in flight per worker) and its workers' own memory fill a 120 MB
     budget first. The memory the stage takes (its workers' own pages, the shared memory of its
     results) stays within it."""
-    resources.set_budget(cpus=1, memory_bytes=120 * MB)
+    resources.set_budget(cpus=8, memory_bytes=120 * MB)
     with MemoryWatch() as watch:
         df = MultiProcessMapData(Indexed(10 ** 6), "auto", two_megabytes, buffer_size="auto")
         df.reset_state()

@@ -10,7 +10,7 @@ PAGE = REPO / "docs" / "doctor.md"
 
 def test_doctor_page_code_runs():
     blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
-    assert len(blocks) == 2                   # the doctor's, then the tuner's (tests/test_tune_docs.py)
+    assert len(blocks) == 3                   # the doctor's, then the tuner's two (tests/test_tune_docs.py)
     proc = subprocess.run([sys.executable, "-c", blocks[0]], cwd=str(REPO), capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -35,3 +35,18 @@ def test_tuning_section_documents_the_cli_and_every_limit():
     assert "python -m inputpipe.doctor --tune train.py:get_dataflow" in section
     for limit in ("`cpus`", "`source`", "`stage`", "`consumer`", "`workers`"):
         assert limit in section, limit
+
+
+def test_the_split_example_runs_and_prints_what_the_page_shows():
+    """The second example: a map that waits 6 ms and computes 3 ms of Python. What it prints has
+    the page's shape; the choice (processes) and the split suggestion follow from what the tuner
+    measures, so they are compared where it printed them."""
+    section = _section()
+    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[1]
+    shown = re.findall(r"```text\n(.*?)```", section, flags=re.S)[1].rstrip("\n").splitlines()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = proc.stdout.splitlines()
+    assert re.fullmatch(r"Multi(Process|Thread)MapData \d+", printed[0]), printed
+    if printed[0].startswith("MultiProcessMapData") and len(printed) > 1:
+        assert [_shape(line) for line in printed] == [_shape(line) for line in shown]

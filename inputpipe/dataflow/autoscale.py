@@ -70,9 +70,11 @@ WORKERS_PER_CPU = int(round(1 / resources.MIN_CPU_SHARE))
 #: Workers whose CPU shares add up to this much more than the budget shrink (the work turned
 #: CPU-bound); below it they only stop growing (a margin for the shares' jitter).
 OVER_BUDGET = 1.25
-#: The workers' CPU share is measured again once they have worked this many seconds since it
-#: was last measured (over one interval or several).
-SHARE_MIN_BUSY_SECONDS = 0.1
+#: The workers' CPU share is measured again once each active worker has worked this many seconds
+#: (on average) since it was last measured, over one interval or several: the busy time comes
+#: with the results, up to ``buffer_size="auto"``'s 50 ms of work per worker after the CPU time
+#: the kernel reports, so a shorter span would read the share off by that much.
+SHARE_MIN_BUSY_SECONDS = 0.5
 #: An auto stage without a memory budget starts with this many workers (fewer when the CPU
 #: budget is smaller); under a memory budget it starts with one.
 START_WORKERS = 2
@@ -103,10 +105,11 @@ class Measurement(NamedTuple):
     ``busy_share`` (of the workers' time spent on work), ``delivered_per_s`` (results),
     ``demand_per_s`` (the results per second the consumer would take if it never waited; None
     when it only waited), ``task_seconds`` (a worker's mean time per task), ``cpus_used`` (CPUs
-    the workers used, None when unknown), ``memory_bytes`` (the stage's workers and buffers) and
+    the workers used, None when unknown), ``memory_bytes`` (the stage's workers and buffers),
     ``cpu_share`` (the share of the workers' working time spent on a CPU, without their waits for
     a CPU held by other work; None when not measured: see
-    :func:`inputpipe.utils.resources.cpu_share`)."""
+    :func:`inputpipe.utils.resources.cpu_share`) and ``working_share`` (``busy_share`` without
+    the workers' waits for a CPU; None when those are not known)."""
     seconds: float
     workers: int
     wait_share: float
@@ -117,6 +120,7 @@ class Measurement(NamedTuple):
     cpus_used: Optional[float]
     memory_bytes: int
     cpu_share: Optional[float] = None
+    working_share: Optional[float] = None
 
 
 class Autoscale:
@@ -332,8 +336,8 @@ class Controller:
         return _monotonic(), self.stage._waited, busy, items, cpu, queued
 
     def _measure(self, now: _Sample) -> Measurement:
-        t0, waited0, busy0, items0, cpu0, _ = self._base
-        t1, waited1, busy1, items1, cpu1, _ = now
+        t0, waited0, busy0, items0, cpu0, queued0 = self._base
+        t1, waited1, busy1, items1, cpu1, queued1 = now
         seconds = max(t1 - t0, 1e-9)
         workers = self.stage._active_workers()
         waited = min(max(waited1 - waited0, 0.0), seconds)
@@ -341,20 +345,22 @@ class Controller:
         busy = max(busy1 - busy0, 0.0)
         working = seconds - waited
         cpu = None if cpu0 is None or cpu1 is None else max(0.0, cpu1 - cpu0)
+        queued = None if queued0 is None or queued1 is None else max(0.0, queued1 - queued0)
         memory, self._per_worker_memory = self.stage._scaling_memory()
         return Measurement(
             seconds=seconds, workers=workers, wait_share=waited / seconds,
             busy_share=min(1.0, busy / (seconds * workers)), delivered_per_s=items / seconds,
             demand_per_s=items / working if items and working > 1e-3 else None,
             task_seconds=busy / items if items else None,
-            cpus_used=None if cpu is None else cpu / seconds, memory_bytes=memory, cpu_share=self._measure_share(now))
+            cpus_used=None if cpu is None else cpu / seconds, memory_bytes=memory, cpu_share=self._measure_share(now),
+            working_share=None if queued is None else max(0.0, min(1.0, (busy - queued) / (seconds * workers))))
 
     def _measure_share(self, now: _Sample) -> Optional[float]:
         """The workers' CPU share since it was last measured, once they have worked
-        :data:`SHARE_MIN_BUSY_SECONDS` since then (None before: the clocks' resolution)."""
+        :data:`SHARE_MIN_BUSY_SECONDS` each since then (None before)."""
         _, _, busy0, _, cpu0, queued0 = self._share_base
         _, _, busy1, _, cpu1, queued1 = now
-        if cpu0 is None or cpu1 is None or busy1 - busy0 < SHARE_MIN_BUSY_SECONDS:
+        if cpu0 is None or cpu1 is None or busy1 - busy0 < SHARE_MIN_BUSY_SECONDS * self.stage._active_workers():
             return None
         queued = max(0.0, queued1 - queued0) if queued0 is not None and queued1 is not None else 0.0
         self._share_base = now
@@ -429,7 +435,8 @@ class Controller:
             elif m.wait_share >= 0.9:              # the consumer does nothing but wait: double
                 step = n
             return n + step, "grow: " + shares
-        idle = n * (1.0 - m.busy_share)
+        # a worker that waits for a CPU held by other programs is not working (a busy machine)
+        idle = n * (1.0 - (m.busy_share if m.working_share is None else m.working_share))
         if m.wait_share < SHRINK_WAIT and idle >= SHRINK_IDLE and n > 1:
             return n - 1, "shrink: {} ({:.1f} workers idle)".format(shares, idle)
         return n, ""
