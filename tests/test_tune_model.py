@@ -6,6 +6,7 @@ the expectation and try the other form when it falls short; the GIL probe counts
 import itertools
 import time
 
+import numpy as np
 import pytest
 
 from inputpipe.dataflow import DataFromGenerator, MapData
@@ -243,3 +244,21 @@ def test_the_probe_tells_python_work_from_a_sleep():
     assert naps.gil_share() is not None and loops.gil_share() is not None
     assert naps.gil_share() < 0.2 and loops.gil_share() > naps.gil_share() + 0.3
     assert naps.clock.calls == loops.clock.calls == 0      # nothing timed while the probe was at work
+
+
+# ------------------------------------------------------------------------------ the transport
+
+@pytest.mark.timeout(60)
+def test_the_transport_is_measured_per_map_and_a_datapoint_that_cannot_cross_is_named():
+    from inputpipe.dataflow import _tune_transport as transport
+    from conftest import _our_children
+
+    samples = [([1], [np.zeros(2 << 20, np.uint8), 1]), None, ([1], [lambda: 0]), ([1], [2, 3])]
+    moves, problems = transport.measure(samples)
+    large, none, bad, small = moves
+    assert none is None and bad is None and problems[:2] == [None, None] and problems[3] is None
+    assert problems[2].startswith("a datapoint it gives cannot cross to a worker process (")
+    for move in (large, small):
+        assert move.consumer >= move.fixed_consumer > 0 and move.worker >= move.fixed_worker > 0
+    assert small.fixed_consumer == large.fixed_consumer               # one worker echoed them all
+    assert _our_children() == set()                                   # and it was stopped

@@ -28,8 +28,10 @@ __all__ = ["Transport", "measure"]
 
 logger = get_logger(__name__)
 
-#: Seconds of echoes timed per map (fewer for large datapoints, at least 8 echoes).
+#: Seconds of echoes timed per map (fewer for large datapoints, at least 4 echoes).
 SECONDS_PER_MAP = 0.04
+#: Samples larger than this are not echoed (their cost stays the model's guess per byte).
+MAX_SAMPLE_BYTES = 256 << 20
 #: Echoes not timed first (the worker's pages for the results fill).
 WARM_ECHOES = 3
 
@@ -95,7 +97,7 @@ def _round(flow: MultiProcessMapData, tasks: _Tasks, items: List[Any]) -> Tuple[
 
 def _count(size: float) -> int:
     guess = 50e-6 + 0.5e-9 * size              # a first guess of an echo's time, to time about 40 ms
-    return max(8, min(200, int(SECONDS_PER_MAP / guess)))
+    return max(4, min(200, int(SECONDS_PER_MAP / guess)))
 
 
 def measure(samples: Sequence[Optional[tuple]]) -> Tuple[List[Optional[Transport]], List[Optional[str]]]:
@@ -103,7 +105,8 @@ def measure(samples: Sequence[Optional[tuple]]) -> Tuple[List[Optional[Transport
     sample, when it cannot cross, or when the echo failed) and why a map cannot run in processes
     (None when it can)."""
     problems = [None if s is None else _problem(s) for s in samples]
-    wanted = [k for k, s in enumerate(samples) if s is not None and problems[k] is None]
+    wanted = [k for k, s in enumerate(samples) if s is not None and problems[k] is None
+              and nbytes(s[0]) + nbytes(s[1]) <= MAX_SAMPLE_BYTES]
     found: List[Optional[Transport]] = [None] * len(samples)
     if not wanted or not hasattr(os, "fork"):
         return found, problems
