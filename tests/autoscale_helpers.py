@@ -53,7 +53,8 @@ class ModelStage(ResizableStage):
         busy = (self.workers if delivered == self.ceiling else delivered / self.per_worker) * step
         self.busy += busy
         self.runqueue += busy * self.runqueue_share
-        self.cpu += busy * (1.0 - self.runqueue_share) * self.cpu_share
+        # each result takes the same CPU however many workers contend (for the GIL, say)
+        self.cpu += delivered * step * (1.0 - self.runqueue_share) * self.cpu_share / self.per_worker
         self._waited += step * (1.0 - delivered / self.consumer)
 
     def _decide_if_due(self):

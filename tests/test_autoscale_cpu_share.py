@@ -64,7 +64,7 @@ def test_a_map_that_turns_cpu_bound_shrinks_to_the_budget_and_grows_back_when_it
                        kind=kind, clock=clock)
     stage.run_for(10.0)
     assert stage.workers == 6
-    stage.per_worker, stage.cpu_share = 333, 1.0        # now 3 ms of CPU and no wait per datapoint
+    stage.per_worker, stage.cpu_share = 200, 1.0        # now 5 ms of CPU (it was 3) and no wait per datapoint
     changes = len(stage.worker_count_history())
     stage.run_for(10.0)
     shrinks = stage.worker_count_history()[changes:]
@@ -115,8 +115,8 @@ def test_cpu_share_takes_the_run_queue_out_of_the_working_time():
 
 
 @pytest.mark.parametrize("cpus,share,workers", [
-    (2, 1.0, 2), (2, 1 / 3, 6), (2, 0.34, 6), (2, 0.5, 4), (2, 0.9, 2), (2, 0.01, 16), (2, None, 2),
-    (1, 1.0, 1), (0.5, 1.0, 0), (3, 0.75, 4),
+    (2, 1.0, 2), (2, 1 / 3, 6), (2, 0.36, 6), (2, 0.5, 4), (2, 0.9, 2), (2, 0.62, 3), (2, 0.01, 16),
+    (2, None, 2), (1, 1.0, 1), (0.4, 1.0, 0), (3, 0.75, 4), (2, 0.8, 3),
 ])
 def test_workers_within_the_budget(cpus, share, workers):
     assert resources.workers_within(cpus, share) == workers

@@ -60,6 +60,10 @@ SHRINK_IDLE = 1.2
 MIN_GAIN = 0.25
 #: Intervals a count that was undone stays out of reach (then it is tried again).
 BLOCKED_INTERVALS = 20
+#: A change is not judged (undone) when the CPU time per result changed by this factor across it:
+#: the work itself changed (a phase of the run), so the rates before and after do not compare.
+#: (Workers that contend for the GIL or a disk take longer per result, not more CPU.)
+WORK_CHANGED = 1.5
 #: An interval lasts at least this many tasks of a worker (long tasks: longer intervals).
 TASKS_PER_INTERVAL = 3
 #: Changes kept in a stage's history (the oldest are dropped).
@@ -314,7 +318,8 @@ class Controller:
         self.decision_seconds = 0.0             # CPU time of the consumer's thread: measuring, deciding
         self.resize_seconds = 0.0               # ... and starting or retiring workers
         self._settling = 0
-        self._last_change: Optional[Tuple[int, int, float]] = None    # (from, to, rate before)
+        # (from, to, rate before, the CPU seconds per result before)
+        self._last_change: Optional[Tuple[int, int, float, Optional[float]]] = None
         self._ceiling: Optional[Tuple[int, int]] = None   # (count, until decision) not to reach
         self._floor: Optional[Tuple[int, int]] = None
         self._task_seconds: Optional[float] = None
@@ -447,7 +452,10 @@ class Controller:
         change, self._last_change = self._last_change, None
         if change is None:
             return None
-        before, after, rate_before = change
+        before, after, rate_before, cpu_before = change
+        cpu_now = _cpu_per_result(m)
+        if cpu_before and cpu_now and not 1 / WORK_CHANGED < cpu_now / cpu_before < WORK_CHANGED:
+            return None                  # the work itself changed: the rates before and after do not compare
         if after > before and m.wait_share >= GROW_WAIT and \
                 m.delivered_per_s < rate_before * (1 + MIN_GAIN * (after - before) / before):
             self._ceiling = (after, self.decisions + BLOCKED_INTERVALS)
@@ -520,12 +528,16 @@ class Controller:
             self._settling = self.settings.settle_intervals
             if m is not None and not reason.startswith(("undo", "shrink: memory", "shrink: CPU budget")):
                 # (a shrink to the budget is not undone)
-                self._last_change = (before, after, m.delivered_per_s)
+                self._last_change = (before, after, m.delivered_per_s, _cpu_per_result(m))
             self.claimed_cpus = self._charge(after)
 
     def close(self) -> None:
         with _Registry.lock:
             _Registry.controllers.discard(self)
+
+
+def _cpu_per_result(m: Measurement) -> Optional[float]:
+    return m.cpus_used / m.delivered_per_s if m.cpus_used and m.delivered_per_s > 0 else None
 
 
 def _cpus(value: float) -> str:

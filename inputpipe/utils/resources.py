@@ -372,9 +372,6 @@ def thread_schedstat(native_id: int, proc_root: str = "/proc") -> Optional[Tuple
 
 #: The least share of a CPU a worker is charged: at most 8 workers per CPU, however little they use.
 MIN_CPU_SHARE = 0.125
-#: A measured share is taken as up to this much too high (the CPU clock's resolution, jitter), so
-#: the CPUs' worth of workers is not cut by one for a reading a few percent high.
-SHARE_TOLERANCE = 0.05
 
 
 def cpu_share(cpu_seconds: float, busy_seconds: float, runqueue_seconds: float = 0.0) -> Optional[float]:
@@ -401,14 +398,16 @@ def cpu_charge(workers: float, share: Optional[float]) -> float:
 
 
 def workers_within(cpus: float, share: Optional[float]) -> int:
-    """The most workers of CPU ``share`` that ``cpus`` CPUs keep busy: ``cpus / share`` rounded
-    down (a share read up to :data:`SHARE_TOLERANCE` too high still fits; 0 when not even one
-    fits); one per CPU while the share is not known.
+    """The most workers of CPU ``share`` that ``cpus`` CPUs keep busy: ``cpus / share`` to the
+    nearest worker (their shares add up to at most half a share more than ``cpus``: workers that
+    wait do not all want a CPU at once, and a share read a little high does not cost a worker);
+    one per CPU while the share is not known.
 
     Example::
 
         workers_within(2, 1.0)        # 2: CPU-bound work, one per CPU
         workers_within(2, 1 / 3)      # 6: each waits for two thirds of its time
+        workers_within(2, 0.62)       # 3: 5 ms of CPU and 3 ms of waiting each
     """
     per_worker = cpu_charge(1, share)
-    return max(0, int(math.floor(cpus / per_worker * (1.0 + SHARE_TOLERANCE) + 1e-9)))
+    return max(0, int(math.floor(cpus / per_worker + 0.5 + 1e-9)))
