@@ -179,6 +179,27 @@ def test_the_default_cpu_budget_is_the_process_budget_from_the_cgroup_quota(tmp_
         assert result.unchanged and result.limit == "cpus" and result.trial is None
 
 
+def test_cpu_work_beside_cpu_hogs_is_measured_as_cpu_work():
+    """Two programs that keep both cores busy (this machine's other work, too): the busy loop waits
+    for a CPU most of the time, and that wait is not taken for the map's own waiting (I/O), so it
+    is not given threads or more processes than the CPUs."""
+    import subprocess
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(0.2)
+        result = tune(MapData(DataFromGenerator(_numbers), busy_4ms), cpu_budget=2, **RUN)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait(10)
+    choice = result.stage("MapData(busy_4ms)")
+    assert choice.cpu_share >= 0.9, choice
+    assert_valid_map_choice(choice, 2, result)
+    assert choice.unit != "processes" or choice.workers <= 2, choice
+
+
 def test_a_sleeping_map_gets_threads_more_than_the_cores():
     result = tune(MapData(DataFromGenerator(_numbers), nap_10ms), consumer_rate=400, **RUN)
     choice = result.stage("MapData(nap_10ms)")

@@ -262,3 +262,35 @@ def test_the_transport_is_measured_per_map_and_a_datapoint_that_cannot_cross_is_
         assert move.consumer >= move.fixed_consumer > 0 and move.worker >= move.fixed_worker > 0
     assert small.fixed_consumer == large.fixed_consumer               # one worker echoed them all
     assert _our_children() == set()                                   # and it was stopped
+
+
+# ------------------------------------------------------------------------- the run-queue waits
+
+def test_a_thread_clock_takes_the_process_run_queue_waits_out_of_the_work(monkeypatch):
+    """While the measuring thread runs a busy loop, this process' threads waited for a CPU 60% of
+    the time (other programs' load, or a thread it handed the GIL to waiting for one): the work
+    is the wall time without it, never below the CPU time."""
+    from inputpipe.dataflow import _tune_chain
+
+    clock = {"now": 100.0, "queued": 5.0}
+
+    class FakeTime:                          # the module's clock, not the process' one
+        @staticmethod
+        def perf_counter():
+            return clock["now"]
+
+    monkeypatch.setattr(_tune_chain, "time", FakeTime)
+    monkeypatch.setattr(_tune_chain, "_runqueue_seconds", lambda: clock["queued"])
+    timed = _tune_chain.ThreadClock()
+    for _ in range(12):                       # 10 ms calls, 4 ms of CPU, 6 ms in the run queue
+        timed.add(0.010, 0.004)
+        clock["now"] += 0.010
+        clock["queued"] += 0.006
+    assert timed.runqueue_share == pytest.approx(0.6)
+    wall, cpu, work = timed.per_call()
+    assert (wall, cpu) == (pytest.approx(0.010), pytest.approx(0.004)) and work == pytest.approx(0.004)
+    clock["queued"] += 5.0                   # several threads waiting at once: more than the wall time
+    timed.add(0.010, 0.004)
+    clock["now"] += 0.020
+    timed.add(0.010, 0.004)
+    assert timed.runqueue_share == 0.99 and timed.per_call()[2] == pytest.approx(0.004)     # the CPU time

@@ -245,7 +245,7 @@ class ThreadClock:
         """Share of the thread's time spent waiting for a CPU between the first and last sample."""
         if self._first is None or self._last is None or self._last[0] - self._first[0] < 0.05:
             return 0.0
-        return max(0.0, min(0.9, (self._last[1] - self._first[1]) / (self._last[0] - self._first[0])))
+        return max(0.0, min(0.99, (self._last[1] - self._first[1]) / (self._last[0] - self._first[0])))
 
     def per_call(self) -> tuple:
         """``(wall, cpu, work)`` seconds per call: ``work`` is the wall time without the time spent
