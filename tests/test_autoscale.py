@@ -212,6 +212,25 @@ def test_cpu_bound_worker_processes_never_exceed_the_cpu_budget():
     assert counts(df) == [1] and df.num_workers == 1 and len(df.worker_pids) == 1
 
 
+def test_cpu_bound_worker_processes_beside_cpu_hogs_stay_within_the_budget():
+    # two programs keep both cores busy: the workers wait for a CPU much of the time, which is
+    # not their work's waiting, so they are still charged a whole CPU each
+    import subprocess
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        df = MultiProcessMapData(Forever(), Autoscale(interval=0.05, cpu_budget=2), spin_5ms, buffer_size="auto")
+        df.reset_state()
+        with df:
+            iterate(df, 3.0)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait(10)
+    assert max(counts(df)) <= 2, df.worker_count_history()
+
+
 def test_worker_processes_that_wait_outnumber_the_cpus():
     # a process that sleeps uses almost no CPU: charged an eighth of one at least, so a budget of
     # one CPU takes up to 8 of them (it was one process per CPU before the CPU share was measured)
