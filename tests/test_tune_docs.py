@@ -24,7 +24,7 @@ def test_tuning_example_runs_and_prints_what_the_page_shows():
     code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
     shown = re.search(r"```text\n(.*?)```", section, flags=re.S).group(1)
     proc = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]      # (what tune() printed says why)
     printed = [line for line in proc.stdout.splitlines()       # (the trials' notes depend on the load)
                if not line.startswith(("The trial ran", "The first choice ran"))]
     assert [_shape(line) for line in printed] == [_shape(line) for line in shown.rstrip("\n").splitlines()]
@@ -45,7 +45,7 @@ def test_the_split_example_runs_and_prints_what_the_page_shows():
     code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[1]
     shown = re.findall(r"```text\n(.*?)```", section, flags=re.S)[1].rstrip("\n").splitlines()
     proc = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     printed = proc.stdout.splitlines()
     assert re.fullmatch(r"Multi(Process|Thread)MapData \d+", printed[0]), printed
     if printed[0].startswith("MultiProcessMapData") and len(printed) > 1:

@@ -74,6 +74,11 @@ WORKERS_PER_CPU = int(round(1 / resources.MIN_CPU_SHARE))
 #: Workers whose CPU shares add up to this much more than the budget shrink (the work turned
 #: CPU-bound); below it they only stop growing (a margin for the shares' jitter).
 OVER_BUDGET = 1.25
+#: A stage grows only while its memory, with the new workers counted, stays within this share of
+#: the memory budget: a new worker's memory is read from one already running, whose private pages
+#: still grow as it writes to the pages it shares with its parent after fork (a margin, so that
+#: the stage does not reach the budget before it knows; over the budget, it shrinks).
+GROWTH_HEADROOM = 0.9
 #: The workers' CPU share is measured again once each active worker has worked this many seconds
 #: (on average) since it was last measured, over one interval or several: the busy time comes
 #: with the results, up to ``buffer_size="auto"``'s 50 ms of work per worker after the CPU time
@@ -501,7 +506,8 @@ class Controller:
             return n, "{} (memory budget {} MB: waiting for a result to measure)".format(reason, budget >> 20)
         if budget is not None:
             mine, per_worker = m.memory_bytes, self._per_worker_memory
-            if mine + other_memory + max(0, target - n) * per_worker > budget:
+            room_to_grow = int(budget * GROWTH_HEADROOM)
+            if mine + other_memory + max(0, target - n) * per_worker > room_to_grow:
                 # the quick reading counts the pages a forked worker shares with its parent: read
                 # the pages only the workers hold before deciding on it
                 mine, per_worker = self.stage._scaling_memory(True)
@@ -509,8 +515,8 @@ class Controller:
             total = mine + other_memory
             if total > budget and n > settings.min_workers:
                 return n - 1, "shrink: memory {} MB of a {} MB budget".format(total >> 20, budget >> 20)
-            if target > n and total + (target - n) * per_worker > budget:
-                fits = (budget - total) // per_worker if per_worker > 0 else target - n
+            if target > n and total + (target - n) * per_worker > room_to_grow:
+                fits = (room_to_grow - total) // per_worker if per_worker > 0 else target - n
                 target = n + max(0, min(target - n, int(fits)))
                 reason = "{} (memory budget {} MB)".format(reason, budget >> 20)
         return target, reason
