@@ -16,7 +16,9 @@ cycles in a fresh Estimator:
 Reported per method (median over ``--rounds`` alternating rounds, and the spread): examples/s and
 the step time of the training steps (the first two of each train() call left out), the step over
 the model's own step, and the time from each input_fn call to its first batch reaching the model
-(train calls after the first, and evaluation calls). Prints a table and writes
+(train calls after the first, and evaluation calls after the first), with the part of it that the
+input_fn and its hooks took (the rest is Estimator's own: the graph, the session, the checkpoint,
+slower where the data's workers share the cores). Every method evaluates between train calls. Prints a table and writes
 benchmarks/results/estimator.json. Needs tf.estimator (TensorFlow <= 2.15 with tensorflow-estimator).
 
     python benchmarks/bench_estimator.py [--rounds 3] [--cycles 3] [--steps 20] [--workers 2]
@@ -74,6 +76,51 @@ def constant_input_fn(batch):
     return input_fn
 
 
+class OwnTime:
+    """The time an input_fn and its hooks' begin / after_create_session take at each call: the
+    part of the wait for the first batch that the input pipeline itself spends (the rest is
+    Estimator's: building the graph, the session, the checkpoint)."""
+
+    def __init__(self):
+        self.per_call = []
+
+    def wrap_fn(self, input_fn):
+        def timed(mode=None):
+            self.per_call.append(0.0)
+            return self._timed(input_fn, mode=mode)
+        return timed
+
+    def _timed(self, function, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            self.per_call[-1] += time.perf_counter() - started
+
+    def wrap_hooks(self, hooks):
+        own = self
+
+        class Timed(tf.compat.v1.train.SessionRunHook):
+            def __init__(self, hook):
+                self.hook = hook
+
+            def begin(self):
+                own._timed(self.hook.begin)
+
+            def after_create_session(self, session, coord):
+                own._timed(self.hook.after_create_session, session, coord)
+
+            def before_run(self, run_context):
+                return self.hook.before_run(run_context)
+
+            def after_run(self, run_context, run_values):
+                self.hook.after_run(run_context, run_values)
+
+            def end(self, session):
+                self.hook.end(session)
+        return [Timed(hook) for hook in hooks]
+
+
 def run(method, args, data, python_ms, scratch):
     """One method's cycles; returns its measurements."""
     paths, labels, eval_paths, eval_labels = data
@@ -92,15 +139,17 @@ def run(method, args, data, python_ms, scratch):
         eval_fn = tf_data_input_fn(eval_paths, eval_labels, python_ms, args.batch, False)
     else:
         train_fn = eval_fn = constant_input_fn(args.batch)
-    train_delays, eval_delays = [], []
+    train_delays, eval_delays, train_own, eval_own = [], [], OwnTime(), OwnTime()
+    eval_steps = None if method != "constant" else -(-len(data[2]) // args.batch)
     started = time.perf_counter()
     try:
         for _ in range(args.cycles):
-            estimator.train(first.wrap(train_fn), steps=args.steps, hooks=hooks_train + [times])
+            estimator.train(first.wrap(train_own.wrap_fn(train_fn)), steps=args.steps,
+                            hooks=train_own.wrap_hooks(hooks_train) + [times])
             train_delays.append(first.delays()[-1])
-            if method != "constant":
-                estimator.evaluate(first.wrap(eval_fn), steps=None, hooks=hooks_eval)
-                eval_delays.append(first.delays()[-1])
+            estimator.evaluate(first.wrap(eval_own.wrap_fn(eval_fn)), steps=eval_steps,
+                               hooks=eval_own.wrap_hooks(hooks_eval))
+            eval_delays.append(first.delays()[-1])
     finally:
         for closer in closers:
             closer.close()
@@ -108,7 +157,17 @@ def run(method, args, data, python_ms, scratch):
     step_ms = statistics.median(steps) * 1e3
     return {"step_ms": step_ms, "mean_step_ms": statistics.mean(steps) * 1e3, "examples_per_s": args.batch * 1e3 / step_ms,
             "train_first_batch_s": train_delays, "eval_first_batch_s": eval_delays,
+            "train_own_s": train_own.per_call, "eval_own_s": eval_own.per_call,
             "elapsed_s": time.perf_counter() - started}
+
+
+def _delay(delays, own):
+    """The median wait for the first batch and, in brackets, the median time the input_fn and its
+    hooks took of it."""
+    if not delays:
+        return ""
+    return "{:.2f} ({:.3f})".format(statistics.median(delays), statistics.median(own)) if own else \
+        "{:.2f}".format(statistics.median(delays))
 
 
 def main():
@@ -152,20 +211,22 @@ def main():
         steps = [r["step_ms"] for r in runs]
         step = statistics.median(steps)
         later_train = [d for r in runs for d in r["train_first_batch_s"][1:]]
-        evals = [d for r in runs for d in r["eval_first_batch_s"]]
+        evals = [d for r in runs for d in r["eval_first_batch_s"][1:]]
+        own_train = [d for r in runs for d in r["train_own_s"][1:]]
+        own_eval = [d for r in runs for d in r["eval_own_s"][1:]]
         rows.append([method, "{:.0f}".format(args.batch * 1e3 / step), "{:.1f}".format(step),
                      "{:.1f}-{:.1f}".format(min(steps), max(steps)), "{:.2f}x".format(step / own),
                      "{:.2f}x".format(statistics.median(results["tf.data"][i]["step_ms"] for i in range(len(runs)))
                                       / step) if method != "constant" else "",
-                     "{:.2f}".format(statistics.median(later_train)) if later_train else "",
-                     "{:.2f}".format(statistics.median(evals)) if evals else ""])
+                     _delay(later_train, own_train), _delay(evals, own_eval)])
     print()
     print("{} cores; batches of {}; data work per batch {:.0f} ms on one core ({}x the {:.0f} ms step); "
           "{} cycles of {} steps; {} rounds".format(os.cpu_count(), args.batch, args.data_ratio * args.step_ms,
                                                     args.data_ratio, args.step_ms, args.cycles, args.steps,
                                                     args.rounds))
     print(tabulate(rows, ["input_fn", "examples/s", "step ms", "spread", "step / model's", "speed-up over tf.data",
-                          "train input_fn -> 1st batch s (later calls)", "eval input_fn -> 1st batch s"]))
+                          "train input_fn -> 1st batch s (later calls; the input's own part)",
+                          "eval input_fn -> 1st batch s (idem)"]))
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, "w") as out:
         json.dump({"args": vars(args), "python_ms_per_clip": python_ms, "results": results,
