@@ -183,14 +183,34 @@ def test_a_trial_short_of_the_model_tries_the_other_form_and_keeps_it_when_clear
     assert (notes[0].startswith(note) if note else notes == [])
 
 
-def test_no_second_trial_when_the_other_form_is_no_faster_than_serial(monkeypatch):
+def test_no_trial_of_the_other_form_when_it_is_no_faster_than_serial(monkeypatch):
     chain, costs = a_chain(), costs_of(work=4, cpu=4, gil=4, move=SMALL)        # threads = serial
     choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
-    calls = []
-    monkeypatch.setattr(tuning, "_trial", lambda *args: calls.append(1) or FakeTrial(100.0))
+    given = []
+    monkeypatch.setattr(tuning, "_trial", lambda chain, forms, *args: given.append([f.kind for f in forms]) or
+                        FakeTrial(100.0))
     _, kept, notes = tuning._trials(chain, costs, choice, 2, None, 1.0, 0.1, 30.0)
-    assert calls == [1] and kept.forms[0].kind == PROCESSES
+    # below the serial chain's 250/s: the serial chain is tried too, and is no faster here
+    assert given == [[PROCESSES], [SERIAL]] and kept.forms[0].kind == PROCESSES
     assert notes[0].startswith("The trial ran well below the model (100.0/s against ")
+
+
+@pytest.mark.parametrize("serial_rate,kept", [(300.0, SERIAL), (110.0, PROCESSES)])
+def test_a_trial_below_the_serial_chain_keeps_the_chain_serial_when_its_trial_is_clearly_faster(monkeypatch,
+                                                                                              serial_rate, kept):
+    # 4 ms of CPU per call: 249.3/s serial (with the consumer's own cost); the processes' trial gives 100/s (their transport costs
+    # more than measured, or the machine is busy): the serial chain's trial decides
+    chain, costs = a_chain(), costs_of(work=4, cpu=4, gil=4, move=SMALL)
+    choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
+    monkeypatch.setattr(tuning, "_trial", lambda chain, forms, *args:
+                        FakeTrial(serial_rate if forms[0].kind == SERIAL else 100.0))
+    report, kept_choice, notes = tuning._trials(chain, costs, choice, 2, None, 1.0, 0.1, 30.0)
+    assert kept_choice.forms[0].kind == kept
+    if kept == SERIAL:
+        assert report.datapoints_per_sec == serial_rate
+        assert notes == ["The parallel configuration ran at 100.0/s in its trial, below the serial chain (the "
+                         "model's 249.3/s); a trial of the serial chain gave 300.0/s: every map is kept in the "
+                         "consumer's thread."]
 
 
 # ------------------------------------------------------------------------------ the GIL probe

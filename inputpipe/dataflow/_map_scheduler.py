@@ -24,6 +24,7 @@ from ..utils.arguments import no_other_arguments, renamed_argument, warn_depreca
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.errors import WorkerError
 from ..utils.seeding import datapoint_context, derive_seed, new_rng
+from ._helpers import close_iterators
 from ._map_position import MapPosition, checked_map_state
 from ._state import StatePlan, check_input_state
 from ._resizable import ResizableStage
@@ -557,6 +558,15 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
 
     def close(self) -> None:
         self._end_scaling()
+        # the source's iterator kept across epochs (strict=False) or from an epoch left unfinished:
+        # closed now, so that its re-entrancy guards and resources are free once close() returns
+        # (not when a garbage collection finds it)
+        source, self._source = self._source, None
+        if source is not None:
+            try:
+                close_iterators([source])
+            except ValueError:          # running in another thread: it ends with that thread
+                pass
         super().close()
 
 
