@@ -507,7 +507,7 @@ class Controller:
         if budget is not None:
             mine, per_worker = m.memory_bytes, self._per_worker_memory
             room_to_grow = int(budget * GROWTH_HEADROOM)
-            if mine + other_memory + max(0, target - n) * per_worker > room_to_grow:
+            if mine + other_memory + max(0, target - n) * per_worker > budget:
                 # the quick reading counts the pages a forked worker shares with its parent: read
                 # the pages only the workers hold before deciding on it
                 mine, per_worker = self.stage._scaling_memory(True)
