@@ -260,9 +260,16 @@ def test_python_dataflow_in_the_training_process_is_measured_and_named(make, adv
     assert len(warnings) == 1, warnings
     message = warnings[0]
     assert re.search(r"training is input-bound: \d+% of step time waiting; the DataFlow delivers", message), message
-    assert re.search(r"the DataFlow ran \d+ ms of Python per step in the training process \(step \d+ ms\), "
-                     r"competing with the train step for the GIL; run it in a worker process: ", message), message
-    assert message.endswith(advice), message
+    named = re.search(r"the DataFlow ran \d+ ms of Python per step in the training process \(step \d+ ms\), "
+                      r"competing with the train step for the GIL; run it in a worker process: ", message)
+    if named is None:
+        # the rule: the DataFlow is named when its CPU time is a quarter of the step or more. On a
+        # busy machine its thread waits for a CPU most of the step, and the steps wait for it: a
+        # step is then longer than the time it waited, which is more than four times that CPU time
+        waited_ms = float(re.search(r"over the last \d+ steps, ([\d.]+) ms per step", message).group(1))
+        assert summary["dataflow_cpu_ms_per_step"] < 0.25 * waited_ms, (summary, message)
+    else:
+        assert message.endswith(advice), message
 
 
 def test_in_worker_dataflow_work_is_not_counted_in_the_training_process(caplog):

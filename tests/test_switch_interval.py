@@ -11,6 +11,8 @@ import pytest
 import tensorflow as tf
 
 from inputpipe.input_source import BatchQueueInput, QueueInput, StagingInput, hooked_session
+from inputpipe.utils.compat import native_thread_id
+from inputpipe.utils.resources import thread_schedstat
 from inputpipe.utils.switch_interval import shortened_switch_interval
 
 from input_source_helpers import BATCH_SPECS, SPECS, Counting, build, feeding_threads
@@ -144,22 +146,32 @@ class TickingBurner(Counting):
 def _gil_reacquire_ms(gil_switch_interval, nap=0.002, wanted=40):
     """Median time the training thread takes to get the GIL back from a feeding thread that is
     burning in a DataFlow: the overshoot of a ``nap``-second sleep, counted only when the feeder
-    ran during the sleep (so it held the GIL when the sleep ended). On a busy machine the feeder
-    may not get a core within the nap, and a sleep it did not interrupt measures nothing."""
+    ran during the sleep (so it held the GIL when the sleep ended), less the time the thread
+    waited, runnable, for a CPU (its run-queue time from ``schedstat``: the machine's load, not the
+    GIL). On a busy machine the feeder may not get a core within the nap, and a sleep it did not
+    interrupt measures nothing."""
     flow = TickingBurner(0.05)
     source = QueueInput(flow, gil_switch_interval=gil_switch_interval)
     graph, (x, label) = build(source)
     overshoots = []
+    me = native_thread_id()
+
+    def runqueue_seconds():
+        stat = thread_schedstat(me)
+        return 0.0 if stat is None else stat[1]
+
     with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
         run(label)                                  # the feeding thread is burning now
         deadline = time.monotonic() + 30
         while len(overshoots) < wanted and time.monotonic() < deadline:
             ticks_before = flow.ticks
+            queued = runqueue_seconds()
             start = time.perf_counter()
             time.sleep(nap)
             elapsed = time.perf_counter() - start
+            queued = runqueue_seconds() - queued
             if flow.ticks != ticks_before:
-                overshoots.append(elapsed - nap)
+                overshoots.append(max(0.0, elapsed - nap - queued))
     assert len(overshoots) >= wanted // 2, f"the feeder ran during only {len(overshoots)} naps in 30 s"
     return 1e3 * statistics.median(overshoots)
 

@@ -13,7 +13,7 @@ from inputpipe.dataflow import DataFromGenerator, MapData
 from inputpipe.dataflow import _tune_model as model
 from inputpipe.dataflow import _tune_split as split
 from inputpipe.dataflow import tuning
-from inputpipe.dataflow._tune_chain import PROCESSES, SERIAL, THREADS, TimedFunc, read_chain
+from inputpipe.dataflow._tune_chain import PROCESSES, SERIAL, THREADS, Form, TimedFunc, read_chain
 from inputpipe.dataflow._tune_gil import HELD_AFTER, MARKER, GilProbe
 from inputpipe.dataflow._tune_transport import Transport
 
@@ -314,3 +314,17 @@ def test_a_thread_clock_takes_the_process_run_queue_waits_out_of_the_work(monkey
     clock["now"] += 0.020
     timed.add(0.010, 0.004)
     assert timed.runqueue_share == 0.99 and timed.per_call()[2] == pytest.approx(0.004)     # the CPU time
+
+
+def test_an_auto_stage_is_not_made_serial_by_a_slow_trial(monkeypatch):
+    # the user's map is "auto" (the form has no count): a trial below the serial chain leaves it
+    # "auto", whose controller sizes it while running; no serial trial is run
+    chain, costs = a_chain(), costs_of(work=4, cpu=4, gil=4, move=SMALL)
+    chosen = model.choose(chain, costs, cpus=2, consumer_rate=None)
+    auto = model.Choice([Form(PROCESSES, None)], chosen.estimate, chosen.rated)
+    given = []
+    monkeypatch.setattr(tuning, "_trial", lambda chain, forms, *args: given.append([f.kind for f in forms]) or
+                        FakeTrial(300.0 if forms[0].kind == SERIAL else 100.0))
+    _, kept, _ = tuning._trials(chain, costs, auto, 2, None, 1.0, 0.1, 30.0)
+    assert SERIAL not in [kinds[0] for kinds in given]
+    assert (kept.forms[0].kind, kept.forms[0].workers) == (PROCESSES, None)
