@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
-from ._state import StatePlan, StateMismatchError, check_state
+from ._core.state import StatePlan, StateMismatchError, check_state
 from ..utils.concurrency import stop_requested
 from .seeding import new_rng
 from .tensorpack_helpers import get_rng  # noqa: F401  (tensorpack's dataflow.base has it, outside __all__)

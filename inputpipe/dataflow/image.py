@@ -22,8 +22,8 @@ from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from ..utils.logger import get_logger
-from ._helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
-from ._state import SEED, StatePlan, check_input_state
+from ._core.helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
+from ._core.state import SEED, StatePlan, check_input_state
 from .base import DataFlow, RNGDataFlow, check_state, require_rng
 from .seeding import datapoint_context, datapoint_seed, derive_seed, new_rng
 from .common import MapData, MapDataComponent
@@ -42,7 +42,7 @@ _LOG_FIRST_N_ERRORS = 10
 
 
 def _import_cv2(component: str) -> Any:
-    from .imgaug._cv2 import import_cv2  # the imgaug package is imported on first use only
+    from ._image.opencv import import_cv2  # the imgaug package is imported on first use only
 
     return import_cv2(component)
 

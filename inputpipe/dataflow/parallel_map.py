@@ -33,12 +33,12 @@ from ..utils.logger import get_logger
 from ..utils.resources import process_memory, process_private_memory, process_schedstat, thread_schedstat
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 # the scheduler lives in ._map_scheduler; tensorpack-era code imports these from here
-from ._map_scheduler import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, _ParallelMapBase  # noqa: F401
-from ._resizable import WorkerClocks
+from ._parallel.map_scheduler import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, _ParallelMapBase  # noqa: F401
+from ._parallel.resizable import WorkerClocks
 from .autoscale import AUTO, worker_count
 from .base import DataFlow, call_len
-from ._helpers import int_at_least_one as _check_positive
-from ._thread_runner import _stop_threads
+from ._core.helpers import int_at_least_one as _check_positive
+from ._parallel.thread_runner import _stop_threads
 # tensorpack's dataflow.parallel_map also has these (outside __all__): scripts import them from here
 from .base import DataFlowReentrantGuard, ProxyDataFlow  # noqa: F401
 from .common import BatchData, RepeatedData  # noqa: F401

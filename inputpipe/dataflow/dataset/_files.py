@@ -88,7 +88,7 @@ def read_color_image(component: str, path: str) -> np.ndarray:
 
         image = read_color_image("ILSVRC12", "train/n01440764/n01440764_10026.JPEG")
     """
-    from ..imgaug._cv2 import import_cv2
+    from .._image.opencv import import_cv2
 
     cv2 = import_cv2(component)
     check_image_file(component, path)

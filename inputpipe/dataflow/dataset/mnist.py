@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from ...utils.compat import BadGzipFile
-from .._helpers import IndexedSource
+from .._core.helpers import IndexedSource
 from ._checks import DatasetFormatError, check_labels
 from ._files import RemoteFile, fetch, get_dataset_path
 # tensorpack's dataset.mnist also has these (outside __all__): scripts import them from here

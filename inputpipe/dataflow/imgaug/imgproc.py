@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence, Union, cast
 import numpy as np
 
 from ...utils.logger import get_logger
-from ._cv2 import apply_per_channel, import_cv2
+from .._image.opencv import apply_per_channel, import_cv2
 from ._image_rule import HW_OR_HWC, ImageRule
 from .base import PhotometricAugmentor
 from ..tensorpack_helpers import log_deprecated  # noqa: F401  (tensorpack's imgaug.imgproc has it, outside __all__)

@@ -22,7 +22,7 @@ from typing import Any, Callable, List, Optional
 
 import numpy as np
 
-from ._cv2 import BORDER_CONSTANT, INTER_LINEAR, MAX_OPENCV_CHANNELS, OPENCV_DTYPES, apply_per_channel, import_cv2
+from .._image.opencv import BORDER_CONSTANT, INTER_LINEAR, MAX_OPENCV_CHANNELS, OPENCV_DTYPES, apply_per_channel, import_cv2
 from .base import ImageAugmentor, default_repr
 from .encoded import EncodedImage
 from .. import image_limits

@@ -19,17 +19,17 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from ..utils import resources
-from ..utils.arguments import is_dataflow
-from ._buffered import CacheData
-from ._helpers import close_iterators
-from ._tune_gil import MARKER, MIN_MOMENTS
-from .base import ProxyDataFlow
-from .batch import BatchData
-from .diagnosis import PARALLEL_KINDS, REMOTE
-from .parallel_map import MultiProcessMapAndBatchData, MultiProcessMapData, MultiThreadMapData
-from .profiling import _kind_of
-from .transforms import FilterData, MapData, MapDataComponent
+from ...utils import resources
+from ...utils.arguments import is_dataflow
+from .._core.buffered import CacheData
+from .._core.helpers import close_iterators
+from .gil import MARKER, MIN_MOMENTS
+from ..base import ProxyDataFlow
+from ..batch import BatchData
+from ..diagnosis import PARALLEL_KINDS, REMOTE
+from ..parallel_map import MultiProcessMapAndBatchData, MultiProcessMapData, MultiThreadMapData
+from ..profiling import _kind_of
+from ..transforms import FilterData, MapData, MapDataComponent
 
 # Unit kinds
 WORK, BATCH, FILTER, CACHE, GENERIC = "work", "batch", "filter", "cache", "generic"

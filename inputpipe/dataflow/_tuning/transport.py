@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
-from ..utils import resources, serialize
-from ..utils.logger import get_logger
-from ._tune_chain import nbytes
-from .base import DataFlow
-from .parallel_map import MultiProcessMapData
+from ...utils import resources, serialize
+from ...utils.logger import get_logger
+from .chain import nbytes
+from ..base import DataFlow
+from ..parallel_map import MultiProcessMapData
 
 __all__ = ["Transport", "measure"]
 

@@ -23,10 +23,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..utils import resources
-from ..utils.compat import prod
-from ._tune_chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Borrowed, Chain, Form, TimedFunc, Unit
-from ._tune_transport import Transport
+from ...utils import resources
+from ...utils.compat import prod
+from .chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Borrowed, Chain, Form, TimedFunc, Unit
+from .transport import Transport
 
 #: The consumer's time per datapoint that goes through a thread map (queues; ~8 us measured).
 THREAD_MESSAGE_SECONDS = 10e-6

@@ -20,17 +20,17 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tu
 
 import numpy as np
 
-from ..utils.arguments import no_other_arguments, renamed_argument, warn_deprecated
-from ..utils.concurrency import POLL_INTERVAL
-from ..utils.errors import WorkerError
-from ..utils.seeding import datapoint_context, derive_seed, new_rng
-from ._map_position import MapPosition, checked_map_state
-from ._state import StatePlan, check_input_state
-from ._resizable import ResizableStage
-from .autoscale import AUTO, buffer_setting, worker_count
-from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow,
+from ...utils.arguments import no_other_arguments, renamed_argument, warn_deprecated
+from ...utils.concurrency import POLL_INTERVAL
+from ...utils.errors import WorkerError
+from ...utils.seeding import datapoint_context, derive_seed, new_rng
+from .map_position import MapPosition, checked_map_state
+from .._core.state import StatePlan, check_input_state
+from .resizable import ResizableStage
+from ..autoscale import AUTO, buffer_setting, worker_count
+from ..base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow,
                    empty_passes_mean_stuck, empty_passes_text, get_length, raise_if_stopping)
-from .batch import BatchBuilder
+from ..batch import BatchBuilder
 
 _DEFAULT_BUFFER_SIZE = 200
 #: ``buffer_size="auto"``: seconds of a worker's measured work held in flight for it, the most
