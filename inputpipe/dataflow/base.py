@@ -13,8 +13,8 @@ import numpy as np
 
 from ._core.state import StatePlan, StateMismatchError, check_state
 from ..utils.concurrency import stop_requested
+from ..utils.utils import get_rng  # noqa: F401  (tensorpack's dataflow.base has it, outside __all__)
 from .seeding import new_rng
-from .tensorpack_helpers import get_rng  # noqa: F401  (tensorpack's dataflow.base has it, outside __all__)
 
 __all__ = [
     "DataFlow",
