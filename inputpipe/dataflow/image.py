@@ -120,20 +120,8 @@ class _FailurePolicy:
 
 
 # tensorpack's dataflow.image also has check_dtype, validate_coords, ExceptionHandler and
-# AugmentorList (outside __all__); these are the checks and the failure policy of the flows below.
-
-def check_dtype(img: Any) -> None:
-    """Raise ``TypeError`` unless ``img`` is a numpy array (any numeric dtype passes, as in
-    tensorpack, whose check of integer dtypes never fired).
-
-    Example::
-
-        check_dtype(np.zeros((4, 4, 3), np.uint8))
-    """
-    from .imgaug.base import check_image
-
-    check_image("check_dtype", img, check_ndim=False)
-
+# AugmentorList (outside __all__); these are the checks and the failure policy of the flows below
+# (check_dtype and AugmentorList come from the imgaug package, see __getattr__).
 
 def validate_coords(coords: Any) -> None:
     """Raise ``ValueError`` unless ``coords`` is a floating point array of shape (N, 2), rows (x, y).
@@ -178,12 +166,16 @@ class ExceptionHandler:
 
 
 def __getattr__(name: str) -> Any:
-    """``AugmentorList`` (tensorpack's dataflow.image imports it) comes from the imgaug package,
-    which is imported on first use so that importing the DataFlow core stays fast."""
+    """``AugmentorList`` and ``check_dtype`` (tensorpack's dataflow.image has them) come from the
+    imgaug package, which is imported on first use so that importing the DataFlow core stays fast."""
     if name == "AugmentorList":
         from .imgaug import AugmentorList
 
         return AugmentorList
+    if name == "check_dtype":
+        from .imgaug.base import check_dtype
+
+        return check_dtype
     raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))
 
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, List, Optional
 import numpy as np
 
 from .._image.opencv import BORDER_CONSTANT, INTER_LINEAR, MAX_OPENCV_CHANNELS, OPENCV_DTYPES, apply_per_channel, import_cv2
-from .base import ImageAugmentor, default_repr
+from ._repr import default_repr
 from .encoded import EncodedImage
 from .. import image_limits
 from ..tensorpack_helpers import log_once  # noqa: F401  (tensorpack's imgaug.transform has it, outside __all__)
@@ -33,8 +33,6 @@ __all__ = [
     "NoOpTransform", "PhotometricTransform", "TransformFactory", "TransformList", "LazyTransform",
 ]
 
-#: tensorpack's legacy name of :class:`~inputpipe.dataflow.imgaug.base.ImageAugmentor`.
-TransformAugmentorBase = ImageAugmentor
 
 
 def _keep_channel_axis(src: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -507,3 +505,14 @@ class LazyTransform(BaseTransform):
         return repr(self._transform)
 
     __str__ = __repr__
+
+
+def __getattr__(name: str) -> Any:
+    """``TransformAugmentorBase``, tensorpack's legacy name of
+    :class:`~inputpipe.dataflow.imgaug.base.ImageAugmentor`: the augmentors build on the transforms
+    of this module, so the alias is looked up on first use."""
+    if name == "TransformAugmentorBase":
+        from .base import ImageAugmentor
+
+        return ImageAugmentor
+    raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))
