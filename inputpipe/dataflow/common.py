@@ -1,5 +1,5 @@
 """tensorpack's ``dataflow.common`` module path: the transforms, re-exported from the modules
-that hold them (:mod:`.batch`, :mod:`.transforms`, :mod:`._buffered`, :mod:`.combine`, :mod:`.debug`).
+that hold them (:mod:`.batch`, :mod:`.transforms`, :mod:`._core.buffered`, :mod:`.combine`, :mod:`.debug`).
 
 Example::
 

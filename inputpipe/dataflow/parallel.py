@@ -38,7 +38,7 @@ from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDat
 from .base import DataFlowTerminated  # noqa: F401
 from .plasma import PlasmaGetData, PlasmaPutData  # noqa: F401
 from .tensorpack_helpers import del_weakref, enable_death_signal, ensure_proc_terminate, start_proc_mask_signal  # noqa: F401
-# the thread runner lives in ._thread_runner; tensorpack's module path is this one
+# the thread runner lives in ._parallel.thread_runner; tensorpack's module path is this one
 from ._parallel.thread_runner import MultiThreadRunner, _stop_threads  # noqa: F401
 
 __all__ = [

@@ -35,7 +35,7 @@ from ..utils.errors import WorkerError, error_from_exception
 from ..utils.logger import get_logger
 from ..utils.resources import process_memory, process_private_memory, process_schedstat, thread_schedstat
 from ..utils.workers import WorkerPool, WorkerPoolOwner
-# the scheduler lives in ._map_scheduler; tensorpack-era code imports these from here
+# the scheduler lives in ._parallel.map_scheduler; tensorpack-era code imports these from here
 from ._parallel.map_scheduler import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, _ParallelMapBase  # noqa: F401
 from ._parallel.resizable import WorkerClocks
 from .autoscale import AUTO, worker_count

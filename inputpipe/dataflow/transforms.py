@@ -1,5 +1,5 @@
 """Per-datapoint transforms and epoch shaping: map, filter, select, fixed size and repeat (the
-buffering flows, local shuffle and cache, are in :mod:`._buffered`).
+buffering flows, local shuffle and cache, are in :mod:`._core.buffered`).
 
 Example::
 

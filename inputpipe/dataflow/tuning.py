@@ -100,7 +100,7 @@ class TuneResult:
     ``fill_in`` lists the names in the code that stand for things tune could not write out (a
     list of datapoints, a lambda) with what they are; ``names`` maps every name the code uses to
     the object it stands for. ``splits`` suggests splitting maps that both wait and compute
-    (:class:`~inputpipe.dataflow._tune_split.Split`: the code of two maps, the wait in threads and
+    (:class:`~inputpipe.dataflow._tuning.split.Split`: the code of two maps, the wait in threads and
     the computing in processes).
 
     Example::

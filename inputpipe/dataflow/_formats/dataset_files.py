@@ -9,7 +9,7 @@ the URL, the directory and every file it expects there.
 
 Example::
 
-    from inputpipe.dataflow.dataset._files import RemoteFile, fetch, get_dataset_path
+    from inputpipe.dataflow._formats.dataset_files import RemoteFile, fetch, get_dataset_path
     path = fetch(RemoteFile("t10k-labels-idx1-ubyte.gz", ("http://yann.lecun.com/exdb/mnist/",),
                             md5="ec29112dd5afa0611ce80d1b7f02629c"),
                  get_dataset_path("mnist_data"), component="Mnist")

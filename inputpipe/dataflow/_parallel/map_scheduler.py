@@ -74,7 +74,7 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
     size they provide ``_add_worker()`` (start one, return its new rank, or None when it cannot)
     and ``_retire_worker(rank)`` (stop one that holds no work), and ``_scaling_counters()``.
 
-    Strict maps are resumable (:meth:`get_state`/:meth:`set_state`): see :mod:`._map_position`.
+    Strict maps are resumable (:meth:`get_state`/:meth:`set_state`): see :mod:`.map_position`.
     """
 
     #: Datapoints in one task (the map-and-batch flows: ``batch_size``).

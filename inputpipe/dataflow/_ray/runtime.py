@@ -4,7 +4,7 @@
   own ``ray`` module never shadows it) with a one-line error naming the extra when it is missing.
 - :func:`acquire` / :func:`release`: a flow connects to Ray when it starts. With no address and no
   Ray in this process it starts a local instance sized to this machine (on loopback, its files
-  private, shut down again if the start is interrupted: :mod:`._ray_local`) and shuts it down when
+  private, shut down again if the start is interrupted: :mod:`.local`) and shuts it down when
   the last flow that needed it closes; an instance that was already there (``ray.init`` by the
   user, :func:`start_local_ray`, a cluster) is joined and left running.
 - :class:`ActorPool`: ``num_actors`` restartable actors running :class:`RayWorker`, calls on them

@@ -210,7 +210,7 @@ class ThreadClock:
     waited for a CPU: other processes running, not a property of the work, so taken out. The
     waits of every thread of this process count: while the measuring thread hands the GIL to
     another thread (the profiler's) that waits for a CPU, it waits too, and not for its work.
-    Nothing is counted while the GIL probe is at work (:mod:`._tune_gil`)."""
+    Nothing is counted while the GIL probe is at work (:mod:`.gil`)."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -273,7 +273,7 @@ class TimedFunc:
     """A map function that times its calls (wall and this thread's CPU), measures the bytes of
     some of the datapoints it takes and gives (and keeps the last such pair: ``sample``, to time
     moving them through a worker process), and marks itself as running for the GIL probe
-    (:mod:`._tune_gil`: ``gil_moments``, ``gil_held``)."""
+    (:mod:`.gil`: ``gil_moments``, ``gil_held``)."""
 
     def __init__(self, func: Callable[[Any], Any]):
         self.func = func

@@ -242,7 +242,7 @@ class GaussianBlur(PhotometricAugmentor):
         aug = imgaug.GaussianBlur(size_range=(0, 3), sigma_range=(0, 0))
         out = aug.augment(img)     # same shape and dtype
 
-    Any real dtype and channel count (see :func:`~inputpipe.dataflow.imgaug._cv2.apply_per_channel`).
+    Any real dtype and channel count (see :func:`~inputpipe.dataflow._image.opencv.apply_per_channel`).
     """
 
     _image_rule = ImageRule((0, 1, 2, 3), nonempty=True)

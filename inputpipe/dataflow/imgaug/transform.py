@@ -137,7 +137,7 @@ def _decoding_first(apply_image: Callable[[Any, Any], Any]) -> Callable[[Any, An
 
 class ResizeTransform(Transform):
     """Resize an ``h x w`` image to ``new_h x new_w`` with OpenCV interpolation ``interp`` (any real
-    dtype and channel count: see :func:`~inputpipe.dataflow.imgaug._cv2.apply_per_channel`).
+    dtype and channel count: see :func:`~inputpipe.dataflow._image.opencv.apply_per_channel`).
 
     Example::
 
