@@ -34,7 +34,6 @@ __all__ = [
 ]
 
 
-
 def _keep_channel_axis(src: np.ndarray, out: np.ndarray) -> np.ndarray:
     """OpenCV drops the channel axis of HxWx1 images; put it back."""
     if src.ndim == 3 and out.ndim == 2:
