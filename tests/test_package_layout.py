@@ -6,9 +6,9 @@ What counts as an import: every ``import``/``from ... import`` of an inputpipe m
 level or inside a function (a lazy import still makes the importer depend on what it imports),
 also in a module's ``__getattr__`` (PEP 562), with two exceptions:
 
-- the aliases in ``ALIASES_ON_FIRST_USE``: a tensorpack name kept at tensorpack's module path for
-  a class of a module above it, looked up by the module's ``__getattr__`` when the name is asked
-  for (after both modules are imported; the module's own work never uses it);
+- the names in ``ALIASES_ON_FIRST_USE``: tensorpack's names kept at tensorpack's module path for
+  a class of a module above it, looked up by the module's ``__getattr__`` when a name is asked
+  for (after both modules are imported; the module's own work never uses them);
 - a module's own ancestor packages: Python imports them before the module itself (the tuner
   reads ``inputpipe.dataflow``'s names to print public import paths).
 
@@ -33,7 +33,7 @@ PUBLIC_NAMES = {
     "inputpipe.dataflow.common": ["BatchData", "MapData", "CacheData", "LocallyShuffleData", "get_rng", "get_tqdm"],
     "inputpipe.dataflow.image": ["AugmentImageComponent", "check_dtype", "AugmentorList", "shape2d"],
     "inputpipe.dataflow.imgaug.base": ["ImageAugmentor", "AugmentorList", "check_dtype", "get_rng", "log_once"],
-    "inputpipe.dataflow.imgaug.transform": ["TransformAugmentorBase", "ResizeTransform", "log_once"],
+    "inputpipe.dataflow.imgaug.transform": ["ImageAugmentor", "TransformAugmentorBase", "ResizeTransform", "log_once"],
     "inputpipe.dataflow.parallel": ["MultiProcessRunnerZMQ", "MultiThreadRunner", "enable_death_signal"],
     "inputpipe.dataflow.parallel_map": ["MultiProcessMapData", "MultiProcessMapDataComponentSharedArray",
                                         "_ParallelMapBase", "BatchData", "enable_death_signal"],
@@ -55,9 +55,10 @@ PUBLIC_NAMES = {
                                                  "build_or_reuse_placeholder"],
 }
 
-# (module, the module above it that its __getattr__ takes a tensorpack alias from): the alias
+# (module, the module above it that its __getattr__ takes tensorpack's names from): the names
 ALIASES_ON_FIRST_USE = {
-    ("inputpipe.dataflow.imgaug.transform", "inputpipe.dataflow.imgaug.base"): "TransformAugmentorBase",
+    ("inputpipe.dataflow.imgaug.transform", "inputpipe.dataflow.imgaug.base"): ("ImageAugmentor",
+                                                                                "TransformAugmentorBase"),
 }
 
 # Modules that only stand for tensorpack's API and so may not be imported by the core below them.
@@ -165,8 +166,9 @@ def test_no_import_circle_among_inputpipe_modules():
 
 
 def test_each_alias_on_first_use_is_the_class_of_the_module_above():
-    for (module, above), alias in ALIASES_ON_FIRST_USE.items():
-        assert getattr(importlib.import_module(module), alias) in vars(importlib.import_module(above)).values()
+    for (module, above), names in ALIASES_ON_FIRST_USE.items():
+        for name in names:
+            assert getattr(importlib.import_module(module), name) in vars(importlib.import_module(above)).values()
 
 
 def test_the_circle_finder_finds_a_circle():

@@ -90,6 +90,8 @@ def check_dtype(img: Any) -> None:
 
     Example::
 
+        import numpy as np
+        from inputpipe.dataflow.imgaug.base import check_dtype
         check_dtype(np.zeros((4, 4, 3), np.uint8))
     """
     check_image("check_dtype", img, check_ndim=False)

@@ -507,10 +507,10 @@ class LazyTransform(BaseTransform):
 
 
 def __getattr__(name: str) -> Any:
-    """``TransformAugmentorBase``, tensorpack's legacy name of
-    :class:`~inputpipe.dataflow.imgaug.base.ImageAugmentor`: the augmentors build on the transforms
-    of this module, so the alias is looked up on first use."""
-    if name == "TransformAugmentorBase":
+    """``ImageAugmentor`` and ``TransformAugmentorBase`` (tensorpack's legacy name of it), which
+    tensorpack's ``imgaug.transform`` has: the augmentors of :mod:`.base` build on the transforms of
+    this module, so they are looked up on first use."""
+    if name in ("ImageAugmentor", "TransformAugmentorBase"):
         from .base import ImageAugmentor
 
         return ImageAugmentor
