@@ -101,7 +101,7 @@ class CvDecodeAndAugment:
         self._pid = None
 
     def _start_in_this_process(self):
-        from inputpipe.dataflow.imgaug._cv2 import import_cv2
+        from inputpipe.dataflow._image.opencv import import_cv2
         from inputpipe.dataflow.seeding import new_rng
 
         cv2 = import_cv2("the JPEG benchmark's OpenCV pipeline")

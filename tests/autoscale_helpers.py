@@ -1,6 +1,6 @@
 """A stage whose numbers come from a model, on a virtual clock: the controller of "auto" stages
 is checked on it without timing noise (test_autoscale.py, test_autoscale_cpu_share.py)."""
-from inputpipe.dataflow._resizable import ResizableStage
+from inputpipe.dataflow._parallel.resizable import ResizableStage
 
 
 class ModelStage(ResizableStage):

@@ -16,7 +16,7 @@ cv2 = pytest.importorskip("cv2")
 from inputpipe.dataflow import (AugmentImageComponent, BatchData, DataFromList, JpegCropWindows,  # noqa: E402
                                 image_damage, imgaug)
 from inputpipe.dataflow.image_damage import DamagedImageError  # noqa: E402
-from inputpipe.dataflow.imgaug import _turbojpeg  # noqa: E402
+from inputpipe.dataflow._image import turbojpeg as _turbojpeg  # noqa: E402
 from inputpipe.dataflow.imgaug.encoded import EncodedImage  # noqa: E402
 from inputpipe.input_source import JpegDecodeInput, QueueInput, hooked_session  # noqa: E402
 from test_imgaug_encoded import imagenet_augs, jpeg, photo, seeded, _with_exif_orientation  # noqa: E402

@@ -25,7 +25,8 @@ import pytest
 UNDER_TENSORPACK = __name__ == "__main__" or os.environ.get("INPUTPIPE_TESTS_UNDER_TENSORPACK") == "1"
 if not UNDER_TENSORPACK:
     from inputpipe.dataflow import dataset
-    from inputpipe.dataflow.dataset import DatasetDownloadError, _files
+    from inputpipe.dataflow.dataset import DatasetDownloadError
+    from inputpipe.dataflow._formats import dataset_files as _files
 
 # --------------------------------------------------------------------------------------------
 # Writing small files in the datasets' own formats

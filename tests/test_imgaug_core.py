@@ -119,7 +119,7 @@ def test_augmentors_needing_opencv_say_how_to_install_it(monkeypatch, build):
 
 
 def test_flag_constants_equal_opencv():
-    from inputpipe.dataflow.imgaug import _cv2
+    from inputpipe.dataflow._image import opencv as _cv2
 
     for name in ["INTER_NEAREST", "INTER_LINEAR", "INTER_CUBIC", "INTER_AREA", "INTER_LANCZOS4", "BORDER_CONSTANT",
                  "BORDER_REPLICATE", "BORDER_REFLECT", "BORDER_WRAP", "BORDER_REFLECT_101"]:

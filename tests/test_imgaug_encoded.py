@@ -8,7 +8,8 @@ import pytest
 cv2 = pytest.importorskip("cv2")
 
 from inputpipe.dataflow import AugmentImageComponent, DataFromList, MultiProcessMapData, imgaug  # noqa: E402
-from inputpipe.dataflow.imgaug import _turbojpeg, encoded  # noqa: E402
+from inputpipe.dataflow._image import turbojpeg as _turbojpeg  # noqa: E402
+from inputpipe.dataflow.imgaug import encoded  # noqa: E402
 from inputpipe.dataflow.imgaug.encoded import EncodedImage, is_encoded  # noqa: E402
 
 needs_turbojpeg = pytest.mark.skipif(_turbojpeg.turbojpeg() is None,

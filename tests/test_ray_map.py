@@ -348,7 +348,7 @@ def test_a_failing_read_shard_reaches_the_consumer_with_the_actors_traceback(ray
 
 
 def test_too_many_actors_for_the_cluster_fail_with_what_they_wait_for(ray_instance, monkeypatch):
-    from inputpipe.dataflow import _ray_runtime
+    from inputpipe.dataflow._ray import runtime as _ray_runtime
     monkeypatch.setattr(_ray_runtime, "ACTOR_START_TIMEOUT", 2.0)
     # Each actor asks for more CPUs than the whole 2-CPU cluster has, so none can ever start, however
     # fast or slow the host is (a test that relied on 2 of 3 actors starting within 2 s was timing-bound).
@@ -396,7 +396,7 @@ def test_auto_actors_added_and_retired_at_random_moments_keep_epochs_exact(ray_i
 @pytest.mark.allow_leaks
 def test_an_added_actor_the_cluster_cannot_place_is_given_up(ray_instance, monkeypatch, caplog):
     """(allow_leaks: as above, Ray's own idle workers; the actors' processes are checked.)"""
-    from inputpipe.dataflow import _ray_runtime
+    from inputpipe.dataflow._ray import runtime as _ray_runtime
     df = RayMapData(Indexed(60), 2, slow_identity, strict=True, ordered=True, actor_options={"num_cpus": 1})
     df.reset_state()
     monkeypatch.setattr(_ray_runtime, "ACTOR_START_TIMEOUT", 1.0)

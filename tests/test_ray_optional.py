@@ -171,7 +171,7 @@ def test_ctrl_c_while_the_local_instance_starts_stops_every_ray_process_at_once(
 
 def test_a_local_instance_started_on_a_network_address_is_warned_about_once(caplog, monkeypatch):
     # where a Ray cannot be kept on 127.0.0.1, the start says so (once per process); no Ray needed
-    from inputpipe.dataflow import _ray_local
+    from inputpipe.dataflow._ray import local as _ray_local
 
     monkeypatch.setattr(_ray_local._Started, "warned_reachable", False)
     fake_ray = types.SimpleNamespace(__version__="9.9.9")

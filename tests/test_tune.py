@@ -26,7 +26,7 @@ from inputpipe.dataflow import (
     MultiProcessMapAndBatchData, MultiProcessMapData, MultiProcessRunnerZMQ, MultiThreadMapData, ProxyDataFlow,
     SelectComponent, TuneResult, tune,
 )
-from inputpipe.dataflow._tune_model import GAIN_NEEDED, MAX_THREADS
+from inputpipe.dataflow._tuning.model import GAIN_NEEDED, MAX_THREADS
 from inputpipe.dataflow.seeding import datapoint_rng
 from inputpipe.utils import resources
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from inputpipe.dataflow import DataFromGenerator, MapData
-from inputpipe.dataflow import _tune_model as model
-from inputpipe.dataflow import _tune_split as split
+from inputpipe.dataflow._tuning import model
+from inputpipe.dataflow._tuning import split
 from inputpipe.dataflow import tuning
-from inputpipe.dataflow._tune_chain import PROCESSES, SERIAL, THREADS, Form, TimedFunc, read_chain
-from inputpipe.dataflow._tune_gil import HELD_AFTER, MARKER, GilProbe
-from inputpipe.dataflow._tune_transport import Transport
+from inputpipe.dataflow._tuning.chain import PROCESSES, SERIAL, THREADS, Form, TimedFunc, read_chain
+from inputpipe.dataflow._tuning.gil import HELD_AFTER, MARKER, GilProbe
+from inputpipe.dataflow._tuning.transport import Transport
 
 MS = 1e-3
 SOURCE = 0.01 * MS                     # a fast source: 10 us per datapoint
@@ -270,7 +270,7 @@ def test_the_probe_tells_python_work_from_a_sleep():
 
 @pytest.mark.timeout(60)
 def test_the_transport_is_measured_per_map_and_a_datapoint_that_cannot_cross_is_named():
-    from inputpipe.dataflow import _tune_transport as transport
+    from inputpipe.dataflow._tuning import transport
     from conftest import _our_children
 
     samples = [([1], [np.zeros(2 << 20, np.uint8), 1]), None, ([1], [lambda: 0]), ([1], [2, 3])]
@@ -290,7 +290,7 @@ def test_a_thread_clock_takes_the_process_run_queue_waits_out_of_the_work(monkey
     """While the measuring thread runs a busy loop, this process' threads waited for a CPU 60% of
     the time (other programs' load, or a thread it handed the GIL to waiting for one): the work
     is the wall time without it, never below the CPU time."""
-    from inputpipe.dataflow import _tune_chain
+    from inputpipe.dataflow._tuning import chain as _tune_chain
 
     clock = {"now": 100.0, "queued": 5.0}
 

@@ -11,10 +11,10 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
-from ._state import StatePlan, StateMismatchError, check_state
+from ._core.state import StatePlan, StateMismatchError, check_state
 from ..utils.concurrency import stop_requested
+from ..utils.utils import get_rng  # noqa: F401  (tensorpack's dataflow.base has it, outside __all__)
 from .seeding import new_rng
-from .tensorpack_helpers import get_rng  # noqa: F401  (tensorpack's dataflow.base has it, outside __all__)
 
 __all__ = [
     "DataFlow",
@@ -293,7 +293,7 @@ class DataFlow(metaclass=ABCMeta):
         ``reset_state()`` and before iterating. Raises :class:`StateMismatchError` for a state of
         another flow, :class:`NotResumableError` when the flow is not resumable.
 
-        The whole state is checked before anything changes (see ``inputpipe.dataflow._state``):
+        The whole state is checked before anything changes (see ``inputpipe.dataflow._core.state``):
         a refused state leaves this flow and every flow it reads from as they were. Library flows
         implement ``_check_state(state, plan)``; a flow may instead override this method."""
         if not getattr(type(self).get_state, "_inputpipe_resumable", True):

@@ -15,8 +15,8 @@ from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Sequ
 import numpy as np
 
 from ..utils.buffers import ALIGN_MIN_BYTES, aligned_empty
-from ._helpers import close_iterators, check_positive_int, length_of
-from ._state import MAX_STATE_COUNT, IntRange, ListOf, StatePlan, check_input_state
+from ._core.helpers import close_iterators, check_positive_int, length_of
+from ._core.state import MAX_STATE_COUNT, IntRange, ListOf, StatePlan, check_input_state
 from .base import (
     DataFlow, DataFlowReentrantGuard, ProxyDataFlow, StateMismatchError, check_state,
     empty_passes_mean_stuck, empty_passes_text, get_length, is_resumable, raise_if_stopping,

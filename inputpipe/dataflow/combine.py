@@ -13,8 +13,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from ..utils.logger import get_logger
-from ._helpers import END, EpochCursor, close_flows, close_iterators, epoch_rng, input_states, length_of, check_inputs
-from ._state import SEED, IntRange, StatePlan
+from ._core.helpers import END, EpochCursor, close_flows, close_iterators, epoch_rng, input_states, length_of, check_inputs
+from ._core.state import SEED, IntRange, StatePlan
 from .base import DataFlow, DataFlowLengthUnknown, RNGDataFlow, StateMismatchError, check_state, get_length, require_rng
 
 __all__ = ["RandomChooseData", "RandomMixData", "ConcatData", "JoinData"]

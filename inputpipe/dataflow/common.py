@@ -1,5 +1,5 @@
 """tensorpack's ``dataflow.common`` module path: the transforms, re-exported from the modules
-that hold them (:mod:`.batch`, :mod:`.transforms`, :mod:`._buffered`, :mod:`.combine`, :mod:`.debug`).
+that hold them (:mod:`.batch`, :mod:`.transforms`, :mod:`._core.buffered`, :mod:`.combine`, :mod:`.debug`).
 
 Example::
 
@@ -9,7 +9,7 @@ Example::
     df.reset_state()
     assert [b[0].tolist() for b in df] == [[0, 2, 4, 6], [8, 10, 12, 14]]
 """
-from ._buffered import CacheData, LocallyShuffleData
+from ._core.buffered import CacheData, LocallyShuffleData
 from .batch import BatchData, BatchDataByShape
 from .combine import ConcatData, JoinData, RandomChooseData, RandomMixData
 from .debug import PrintData, TestDataSpeed

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from ..utils.logger import get_logger
 from ..utils.serialize import WireFormatError
-from ._lmdb_header import lmdb_file_problem
+from ._formats.lmdb_header import lmdb_file_problem
 from .base import DataFlow, get_length
 
 __all__ = ["DatasetFormatError"]

@@ -15,8 +15,8 @@ from typing import Any, Dict, Iterator, List, Optional
 import numpy as np
 
 from ..utils.logger import get_logger
-from ._helpers import close_iterators
-from ._state import StatePlan, check_input_state
+from ._core.helpers import close_iterators
+from ._core.state import StatePlan, check_input_state
 from .base import DataFlow, ProxyDataFlow, check_state
 
 __all__ = ["PrintData", "TestDataSpeed"]

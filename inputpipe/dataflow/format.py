@@ -15,8 +15,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
 import numpy as np
 
 from ..utils.logger import get_logger
-from ._helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
-from ._state import StatePlan
+from ._core.helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
+from ._core.state import StatePlan
 from .base import DataFlowReentrantGuard, RNGDataFlow, require_rng
 from .caffe_datum import datum_to_image, parse_datum
 from .dataset_io import (DatasetFormatError, _import_lmdb, _lmdb_location, _require_file, _SharedEnv,

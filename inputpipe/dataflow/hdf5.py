@@ -19,8 +19,8 @@ from typing import Any, Dict, Iterator, List, Sequence
 import numpy as np
 
 from ..utils.logger import get_logger
-from ._helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
-from ._state import StatePlan
+from ._core.helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
+from ._core.state import StatePlan
 from .base import DataFlow, RNGDataFlow, require_rng
 from .dataset_io import DatasetFormatError, _AtomicPath, _datapoints, _refuse_existing, _require_file
 

@@ -22,8 +22,8 @@ from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from ..utils.logger import get_logger
-from ._helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
-from ._state import SEED, StatePlan, check_input_state
+from ._core.helpers import EpochCursor, indexed_epoch, indexed_state, check_indexed
+from ._core.state import SEED, StatePlan, check_input_state
 from .base import DataFlow, RNGDataFlow, check_state, require_rng
 from .seeding import datapoint_context, datapoint_seed, derive_seed, new_rng
 from .common import MapData, MapDataComponent
@@ -42,7 +42,7 @@ _LOG_FIRST_N_ERRORS = 10
 
 
 def _import_cv2(component: str) -> Any:
-    from .imgaug._cv2 import import_cv2  # the imgaug package is imported on first use only
+    from ._image.opencv import import_cv2  # the imgaug package is imported on first use only
 
     return import_cv2(component)
 
@@ -120,20 +120,8 @@ class _FailurePolicy:
 
 
 # tensorpack's dataflow.image also has check_dtype, validate_coords, ExceptionHandler and
-# AugmentorList (outside __all__); these are the checks and the failure policy of the flows below.
-
-def check_dtype(img: Any) -> None:
-    """Raise ``TypeError`` unless ``img`` is a numpy array (any numeric dtype passes, as in
-    tensorpack, whose check of integer dtypes never fired).
-
-    Example::
-
-        check_dtype(np.zeros((4, 4, 3), np.uint8))
-    """
-    from .imgaug.base import check_image
-
-    check_image("check_dtype", img, check_ndim=False)
-
+# AugmentorList (outside __all__); these are the checks and the failure policy of the flows below
+# (check_dtype and AugmentorList come from the imgaug package, see __getattr__).
 
 def validate_coords(coords: Any) -> None:
     """Raise ``ValueError`` unless ``coords`` is a floating point array of shape (N, 2), rows (x, y).
@@ -178,12 +166,16 @@ class ExceptionHandler:
 
 
 def __getattr__(name: str) -> Any:
-    """``AugmentorList`` (tensorpack's dataflow.image imports it) comes from the imgaug package,
-    which is imported on first use so that importing the DataFlow core stays fast."""
+    """``AugmentorList`` and ``check_dtype`` (tensorpack's dataflow.image has them) come from the
+    imgaug package, which is imported on first use so that importing the DataFlow core stays fast."""
     if name == "AugmentorList":
         from .imgaug import AugmentorList
 
         return AugmentorList
+    if name == "check_dtype":
+        from .imgaug.base import check_dtype
+
+        return check_dtype
     raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))
 
 

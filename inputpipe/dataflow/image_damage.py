@@ -227,7 +227,7 @@ def read_all_jpeg_data(component: str, data: Encoded, header: Any = None, source
     header when already read; ``source``: the file, when known), a warning of the decoder being a
     :class:`DamagedImageError`; False when libjpeg-turbo is not there (nothing was read)."""
     from .image_limits import MAX_IMAGE_PIXELS
-    from .imgaug import _turbojpeg
+    from ._image import turbojpeg as _turbojpeg
 
     tj = _turbojpeg.turbojpeg()
     if tj is None:

@@ -28,9 +28,9 @@ from ..utils.concurrency import POLL_INTERVAL, StoppableThread  # noqa: F401 - t
 from ..utils.logger import get_logger
 from ..utils.resources import process_memory, process_private_memory, process_schedstat
 from ..utils.workers import WorkerPool, WorkerPoolOwner
-from ._helpers import empty_epoch_error as _empty_epoch_error, int_at_least_one as _check_positive
-from ._state import IntRange, StatePlan, check_plain_state, two_phase
-from ._resizable import ResizableStage, WorkerClocks
+from ._core.helpers import empty_epoch_error as _empty_epoch_error, int_at_least_one as _check_positive
+from ._core.state import IntRange, StatePlan, check_plain_state, two_phase
+from ._parallel.resizable import ResizableStage, WorkerClocks
 from .autoscale import worker_count
 from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow, StateMismatchError,
                    check_state, empty_passes_mean_stuck, get_length, is_resumable, raise_if_stopping)
@@ -38,8 +38,8 @@ from .base import (DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDat
 from .base import DataFlowTerminated  # noqa: F401
 from .plasma import PlasmaGetData, PlasmaPutData  # noqa: F401
 from .tensorpack_helpers import del_weakref, enable_death_signal, ensure_proc_terminate, start_proc_mask_signal  # noqa: F401
-# the thread runner lives in ._thread_runner; tensorpack's module path is this one
-from ._thread_runner import MultiThreadRunner, _stop_threads  # noqa: F401
+# the thread runner lives in ._parallel.thread_runner; tensorpack's module path is this one
+from ._parallel.thread_runner import MultiThreadRunner, _stop_threads  # noqa: F401
 
 __all__ = [
     "MultiProcessRunnerZMQ",

@@ -21,10 +21,13 @@ Example::
         for image, label in df:
             ...
 """
+import copy
 import queue
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from ..utils.arguments import renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
@@ -32,13 +35,13 @@ from ..utils.errors import WorkerError, error_from_exception
 from ..utils.logger import get_logger
 from ..utils.resources import process_memory, process_private_memory, process_schedstat, thread_schedstat
 from ..utils.workers import WorkerPool, WorkerPoolOwner
-# the scheduler lives in ._map_scheduler; tensorpack-era code imports these from here
-from ._map_scheduler import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, _ParallelMapBase  # noqa: F401
-from ._resizable import WorkerClocks
+# the scheduler lives in ._parallel.map_scheduler; tensorpack-era code imports these from here
+from ._parallel.map_scheduler import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, _ParallelMapBase  # noqa: F401
+from ._parallel.resizable import WorkerClocks
 from .autoscale import AUTO, worker_count
 from .base import DataFlow, call_len
-from ._helpers import int_at_least_one as _check_positive
-from ._thread_runner import _stop_threads
+from ._core.helpers import int_at_least_one as _check_positive
+from ._parallel.thread_runner import _stop_threads
 # tensorpack's dataflow.parallel_map also has these (outside __all__): scripts import them from here
 from .base import DataFlowReentrantGuard, ProxyDataFlow  # noqa: F401
 from .common import BatchData, RepeatedData  # noqa: F401
@@ -415,12 +418,98 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
 MultiProcessMapAndBatchDataZMQ = MultiProcessMapAndBatchData
 
 
-def __getattr__(name: str) -> Any:
-    """tensorpack's ``MultiProcessMapDataComponentSharedArray`` (outside its ``__all__``) is built on
-    :class:`MultiProcessMapData` in :mod:`.shared_array_map`, which imports this module; it is
-    loaded on first use."""
-    if name == "MultiProcessMapDataComponentSharedArray":
-        from .shared_array_map import MultiProcessMapDataComponentSharedArray
+# tensorpack's MultiProcessMapDataComponentSharedArray (outside its __all__; also in .shared_array_map)
 
-        return MultiProcessMapDataComponentSharedArray
-    raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))
+_OWNER = "MultiProcessMapDataComponentSharedArray"
+
+
+def _checked_shape(output_shape: Any) -> Tuple[int, ...]:
+    dims = (output_shape,) if isinstance(output_shape, (int, np.integer)) else output_shape
+    try:
+        dims = tuple(dims)
+    except TypeError:
+        dims = None
+    if dims is None or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0
+                               for n in dims):
+        raise ValueError("{}: output_shape must be a tuple of non-negative ints, got {!r}".format(_OWNER, output_shape))
+    return tuple(int(n) for n in dims)
+
+
+def _checked_dtype(output_dtype: Any) -> np.dtype:
+    try:
+        return np.dtype(output_dtype)
+    except TypeError as err:
+        raise TypeError("{}: output_dtype must be a numpy dtype (e.g. 'uint8', np.float32), got {!r}: {}".format(
+            _OWNER, output_dtype, err)) from None
+
+
+class _MapComponent:
+    """The function the workers run: ``dp`` with component ``index`` replaced by
+    ``map_func(dp[index])``, checked to be an array of ``shape`` and ``dtype``; None when
+    ``map_func`` returns None. Module-level, so it pickles for ``spawn``."""
+
+    def __init__(self, map_func: Callable[[Any], Any], index: Hashable, shape: Tuple[int, ...], dtype: np.dtype):
+        self.map_func = map_func
+        self.index = index
+        self.shape = shape
+        self.dtype = dtype
+
+    def _expected(self) -> str:
+        return "a numpy array of shape {} and dtype {} (or None to drop the datapoint)".format(self.shape, self.dtype)
+
+    def __call__(self, dp: Any) -> Any:
+        result = self.map_func(dp[self.index])
+        if result is None:
+            return None
+        if not isinstance(result, np.ndarray):
+            raise TypeError("{}: map_func returned a {} for component {!r}; expected {}".format(
+                _OWNER, type(result).__name__, self.index, self._expected()))
+        if result.shape != self.shape or result.dtype != self.dtype:
+            raise ValueError("{}: map_func returned an array of shape {} and dtype {} for component {!r}; expected "
+                             "{}".format(_OWNER, result.shape, result.dtype, self.index, self._expected()))
+        mapped: Any
+        if isinstance(dp, tuple):
+            mapped = list(dp)
+            mapped[self.index] = result
+            return tuple(mapped)
+        mapped = copy.copy(dp)
+        mapped[self.index] = result
+        return mapped
+
+
+class MultiProcessMapDataComponentSharedArray(MultiProcessMapData):
+    """Replace component ``index`` of each datapoint of ``ds`` by ``map_func(component)``, an array
+    of shape ``output_shape`` and dtype ``output_dtype``, in ``nr_proc`` worker processes.
+
+    Every epoch yields each datapoint of one epoch of ``ds`` once, in source order, except those
+    for which ``map_func`` returns None (dropped, as in tensorpack). A result that is not an array
+    of ``output_shape`` and ``output_dtype`` raises a
+    :class:`~inputpipe.utils.errors.WorkerError` that is also a ``TypeError``/``ValueError``,
+    naming the expected and the returned shape and dtype. tensorpack's version never ended an
+    epoch (see docs/migrating.md); any numeric dtype works here, not only tensorpack's five.
+
+    The keyword arguments are :class:`~inputpipe.dataflow.MultiProcessMapData`'s.
+
+    Example::
+
+        df = MultiProcessMapDataComponentSharedArray(DataFromList(paths), 4, load_mask, (64, 64), np.float32)
+        df.reset_state()
+        with df:
+            masks = [dp[0] for dp in df]
+    """
+
+    def __init__(self, ds: DataFlow, nr_proc: int, map_func: Callable[[Any], Optional[np.ndarray]],
+                 output_shape: Sequence[int], output_dtype: Any, index: Hashable = 0, *,
+                 buffer_size: int = 200, start_method: Optional[str] = None, shm_bytes: Optional[int] = None,
+                 map_timeout: Optional[float] = None):
+        if not callable(map_func):
+            raise TypeError("{}: map_func must be callable, got {!r}".format(_OWNER, map_func))
+        shape, dtype = _checked_shape(output_shape), _checked_dtype(output_dtype)
+        super().__init__(ds, nr_proc, _MapComponent(map_func, index, shape, dtype), buffer_size=buffer_size,
+                         strict=True, ordered=True, start_method=start_method, shm_bytes=shm_bytes,
+                         map_timeout=map_timeout)
+        self.nr_proc = nr_proc
+        self.component_map_func = map_func
+        self.output_shape = shape
+        self.output_dtype = dtype.type
+        self.index = index

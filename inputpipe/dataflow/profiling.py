@@ -25,8 +25,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..utils.arguments import is_dataflow
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.logger import get_logger
-from ._helpers import close_iterators
-from ._probes import Timer, calibrate, make_probe
+from ._core.helpers import close_iterators
+from ._tuning.probes import Timer, calibrate, make_probe
 from .base import DataFlow, DataFlowTerminated, empty_passes_mean_stuck
 from .diagnosis import (
     BATCH, COMBINE, IMAGE, MAP, OTHER, PARALLEL_MAP, REMOTE, RUNNER, SHUFFLE, SOURCE, THREAD_MAP, ProfileReport,

@@ -15,8 +15,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import numpy as np
 
 from ..utils.concurrency import POLL_INTERVAL
-from ._helpers import EpochCursor, epoch_rng, indexed_epoch, indexed_state, check_indexed
-from ._state import SEED, StatePlan
+from ._core.helpers import EpochCursor, epoch_rng, indexed_epoch, indexed_state, check_indexed
+from ._core.state import SEED, StatePlan
 from .base import (
     DataFlow, DataFlowLengthUnknown, DataFlowTerminated, NotResumableError, RNGDataFlow, StateMismatchError,
     check_state, raise_if_stopping,

@@ -32,13 +32,13 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequenc
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.errors import WorkerError
 from ..utils.logger import get_logger
-from . import _ray_runtime
-from ._ray_runtime import ActorPool, Lost, start_local_ray
+from ._ray import runtime as _ray_runtime
+from ._ray.runtime import ActorPool, Lost, start_local_ray
 from .base import DataFlow, DataFlowReentrantGuard
-from ._resizable import ResizableStage
+from ._parallel.resizable import ResizableStage
 from .autoscale import AUTO, WorkerCountChange, worker_count
 from .parallel import _check_positive
-from ._map_scheduler import _DEFAULT_BUFFER_SIZE, _ParallelMapBase, nbytes
+from ._parallel.map_scheduler import _DEFAULT_BUFFER_SIZE, _ParallelMapBase, nbytes
 from .parallel_map import MultiProcessMapAndBatchData
 
 __all__ = ["RayMapData", "RayMapAndBatchData", "RayShardedData", "start_local_ray"]

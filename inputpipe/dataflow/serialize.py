@@ -27,12 +27,12 @@ import numpy as np
 from ..utils.crc32c import masked_crc32c
 from ..utils.logger import get_logger
 from ..utils.serialize import _MAGIC, WireFormatError, _loads_wire, dumps
-from ._helpers import EpochCursor
-from ._state import IntRange, StatePlan
+from ._core.helpers import EpochCursor
+from ._core.state import IntRange, StatePlan
 from .base import DataFlow, StateMismatchError, check_state, get_length
 from .format import LMDBData, LMDBDataDecoder
-from ._dataset_headers import DATASET_FORMAT_VERSION, _check_header, _decode_record, _header
-from ._lmdb_file import _LMDB_INITIAL_MAP_SIZE, _LMDB_KEYS_KEY, _LMDB_META_KEY, _LMDBFile, _record_key
+from ._formats.dataset_headers import DATASET_FORMAT_VERSION, _check_header, _decode_record, _header
+from ._formats.lmdb_file import _LMDB_INITIAL_MAP_SIZE, _LMDB_KEYS_KEY, _LMDB_META_KEY, _LMDBFile, _record_key
 from .dataset_io import (
     DatasetFormatError, _AtomicPath, _datapoints, _import_lmdb, _lmdb_location, _refuse_existing,
     _require_file, lmdb_errors, open_shared_lmdb,

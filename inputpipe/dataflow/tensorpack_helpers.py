@@ -188,7 +188,7 @@ def download(url: str, dir: str, filename: Optional[str] = None, expect_size: Op
 
         path = download("http://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz", "/data", expect_size=170498071)
     """
-    from .dataset._files import RemoteFile, fetch
+    from ._formats.dataset_files import RemoteFile, fetch
 
     class _WholeUrl(RemoteFile):
         """A RemoteFile fetched from ``base_urls[0]`` as it is (its name in the directory may differ)."""

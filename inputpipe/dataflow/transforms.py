@@ -1,5 +1,5 @@
 """Per-datapoint transforms and epoch shaping: map, filter, select, fixed size and repeat (the
-buffering flows, local shuffle and cache, are in :mod:`._buffered`).
+buffering flows, local shuffle and cache, are in :mod:`._core.buffered`).
 
 Example::
 
@@ -13,8 +13,8 @@ from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Sequ
 
 import numpy as np
 
-from ._helpers import END, check_positive_int, close_iterators, length_of
-from ._state import StatePlan, check_input_state
+from ._core.helpers import END, check_positive_int, close_iterators, length_of
+from ._core.state import StatePlan, check_input_state
 from .base import (
     DataFlow, DataFlowLengthUnknown, DataFlowReentrantGuard, ProxyDataFlow, StateMismatchError,
     check_state, empty_passes_mean_stuck, empty_passes_text, is_resumable,

@@ -24,15 +24,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..utils import resources
 from ..utils.arguments import is_dataflow
 from ..utils.logger import get_logger
-from . import _tune_model as model
-from ._tune_cache import FROM_CACHE, bytes_text, choose_cache, without_prefix
-from ._tune_chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Chain, Form, TimedFunc, Unit, build, \
+from ._tuning import model
+from ._tuning.cache import FROM_CACHE, bytes_text, choose_cache, without_prefix
+from ._tuning.chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Chain, Form, TimedFunc, Unit, build, \
     read_chain
-from . import _tune_split as split
-from . import _tune_transport as transport
-from ._tune_code import render
-from ._tune_gil import GilProbe
-from ._tune_split import Split
+from ._tuning import split
+from ._tuning import transport
+from ._tuning.code import render
+from ._tuning.gil import GilProbe
+from ._tuning.split import Split
 from .base import DataFlow
 from .profiling import ProfileReport, _kind_of, _stage_name, profile
 
@@ -100,7 +100,7 @@ class TuneResult:
     ``fill_in`` lists the names in the code that stand for things tune could not write out (a
     list of datapoints, a lambda) with what they are; ``names`` maps every name the code uses to
     the object it stands for. ``splits`` suggests splitting maps that both wait and compute
-    (:class:`~inputpipe.dataflow._tune_split.Split`: the code of two maps, the wait in threads and
+    (:class:`~inputpipe.dataflow._tuning.split.Split`: the code of two maps, the wait in threads and
     the computing in processes).
 
     Example::

@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object
 
-from ..dataflow._state import check_plain_state
+from ..dataflow._core.state import check_plain_state
 from ..dataflow.base import NotResumableError
 from ..utils.compat import numpy_function, quiet_tf_deprecations
 from ..utils.logger import get_logger

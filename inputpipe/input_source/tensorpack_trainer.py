@@ -59,9 +59,9 @@ def register_input_sources(tensorpack_input_source: ModuleType, inputpipe_input_
     """
     for name in INPUT_SOURCE_CLASSES:
         getattr(tensorpack_input_source, name).register(getattr(inputpipe_input_source, name))
-    from .proxy import ProxyInputSource
-
-    sys.modules[_TENSORPACK_BASE].ProxyInputSource.register(ProxyInputSource)
+    # ProxyInputSource is in input_source_base on both sides (tensorpack's module path, a submodule of the package)
+    proxy_class = inputpipe_input_source.input_source_base.ProxyInputSource
+    sys.modules[_TENSORPACK_BASE].ProxyInputSource.register(proxy_class)
 
 
 def wrap_default_prefetch(tensorpack_interface: Any, inputpipe_input_source: ModuleType) -> None:

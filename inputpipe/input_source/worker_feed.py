@@ -23,7 +23,7 @@ Example::
 import os
 from typing import Any, Dict, Iterator, List, Optional
 
-from ..dataflow._state import StatePlan, check_input_state
+from ..dataflow._core.state import StatePlan, check_input_state
 from ..dataflow.base import DataFlow, DataFlowTerminated, ProxyDataFlow, check_state, empty_passes_mean_stuck
 from ..dataflow.parallel import MultiProcessRunnerZMQ
 from ._iteration import empty_epochs_error

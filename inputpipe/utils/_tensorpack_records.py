@@ -12,14 +12,24 @@ encodings included) are refused. A pickled record is unpickled only under the ru
 The two kinds cannot be mistaken for each other or for the wire format: a pickle of protocol 2 to
 5 starts with ``0x80`` and its protocol, which as msgpack is an empty map followed by more bytes
 (not a valid record); a wire-format message starts with ``IPWF``, which as msgpack is the integer
-73 followed by more bytes. Errors are :class:`~inputpipe.utils.serialize.WireFormatError`; the
-dataset readers turn them into ``DatasetFormatError`` (:mod:`inputpipe.dataflow.tensorpack_records`).
+73 followed by more bytes. tensorpack's ``.npz`` files (NumpySerializer: an object array
+``buffer``, always pickled) are checked as zip files first, then unpickled under the same rule.
+
+This module is the one reader of tensorpack's records and ``.npz`` files: its errors are
+:class:`~inputpipe.utils.serialize.WireFormatError`; :func:`inputpipe.utils.serialize.loads` uses it
+as it is, and :mod:`inputpipe.dataflow.tensorpack_records` (the dataset readers' face) turns them into
+``DatasetFormatError``.
 """
-from typing import Any, Optional
+import os
+import pickle
+import tokenize
+import zipfile
+import zlib
+from typing import Any, List, Optional
 
 import numpy as np
 
-from .compat import pickle_loads, prod
+from .compat import npz_array, pickle_loads, prod
 from ._pickle_policy import pickle_allowed, pickle_refusal
 from ._wire_decode import _TIMESTAMP_START, _refuse_timestamps
 from ._wire_layout import _ALLOWED_DTYPES, WireFormatError, _lookup_dtype
@@ -138,3 +148,65 @@ def decode_record(data: Any, allow_pickle: Optional[bool], what: str, max_bytes:
         except WireFormatError as err:
             raise WireFormatError("{}: {}".format(what, err)) from None
     return obj
+
+
+# A zip member's local header: 30 fixed bytes, then its name and extra field (lengths at 26, 28).
+_ZIP_LOCAL_HEADER = 30
+_NPZ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, pickle.UnpicklingError, SyntaxError,
+               tokenize.TokenError)
+
+
+def read_npz(path: str, allow_pickle: Optional[bool], what: str) -> List[Any]:
+    """The datapoints of a ``.npz`` file of tensorpack's NumpySerializer (an object array
+    ``buffer``, pickled). The zip is checked first: every member lies inside the file and passes
+    its CRC, and ``buffer`` is an object array; then it is unpickled if the pickle rule allows.
+
+    Example::
+
+        datapoints = read_npz("train.npz", allow_pickle=True, what="my loader")
+    """
+    if not pickle_allowed(allow_pickle):
+        raise WireFormatError("{}: this is a .npz (zip) file, like those of tensorpack's NumpySerializer, which "
+                                 "hold pickled objects; {}".format(what, pickle_refusal()))
+    _check_npz(path, what)
+    try:
+        with np.load(path, allow_pickle=True) as archive:
+            buffer = npz_array(archive, "buffer")
+    except _NPZ_ERRORS as err:
+        raise WireFormatError("{}: {} cannot be unpickled: {}: {}".format(what, path, type(err).__name__, err)) from None
+    return [list(dp) if isinstance(dp, np.ndarray) and dp.dtype == object else dp for dp in buffer]
+
+
+def _check_npz(path: str, what: str) -> None:
+    """Refuse a truncated or damaged zip, or one without tensorpack's object array ``buffer``,
+    before anything is unpickled."""
+    try:
+        with open(path, "rb") as f, zipfile.ZipFile(f) as archive:
+            size = os.fstat(f.fileno()).st_size
+            for info in archive.infolist():
+                f.seek(info.header_offset + 26)
+                name_and_extra = int.from_bytes(f.read(2), "little") + int.from_bytes(f.read(2), "little")
+                end = info.header_offset + _ZIP_LOCAL_HEADER + name_and_extra + info.compress_size
+                if end > size:
+                    raise WireFormatError("{}: {} is truncated or damaged: its zip member {!r} needs bytes up to "
+                                             "offset {}, the file has {} bytes".format(what, path, info.filename, end, size))
+            damaged = archive.testzip()
+            if damaged is not None:
+                raise WireFormatError("{}: {} is damaged: its zip member {!r} fails its CRC check".format(
+                    what, path, damaged))
+            if "buffer.npy" not in archive.namelist():
+                raise WireFormatError("{}: .npz file without tensorpack's 'buffer' array (it has {})".format(
+                    what, [name[:-4] if name.endswith(".npy") else name for name in archive.namelist()]))
+            with archive.open("buffer.npy") as member:
+                version = np.lib.format.read_magic(member)
+                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                    np.lib.format.read_array_header_2_0
+                shape, _, dtype = read_header(member)
+    except WireFormatError:
+        raise
+    except _NPZ_ERRORS as err:
+        raise WireFormatError("{}: {} is not a readable .npz (zip) file, or is truncated or damaged: {}: {}".format(
+            what, path, type(err).__name__, err)) from None
+    if dtype.kind != "O":
+        raise WireFormatError("{}: expected tensorpack's object array 'buffer', found a {} array of shape {}".format(
+            what, dtype, shape))

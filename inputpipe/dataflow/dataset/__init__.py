@@ -10,7 +10,7 @@ Example::
     image, label = next(iter(ds))
 """
 from ..base import RNGDataFlow  # tensorpack's dataset package re-exports it; user readers subclass it from there
-from ._files import DatasetDownloadError, get_dataset_path
+from .._formats.dataset_files import DatasetDownloadError, get_dataset_path
 from .bsds500 import *  # noqa: F401,F403
 from .caltech101 import *  # noqa: F401,F403
 from .cifar import *  # noqa: F401,F403

@@ -14,10 +14,10 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from .._helpers import IndexedSource
-from ..imgaug._cv2 import import_cv2
+from .._core.helpers import IndexedSource
+from .._image.opencv import import_cv2
 from ._checks import describe, format_error
-from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, load_mat, read_color_image
+from .._formats.dataset_files import RemoteFile, extract_tar, fetch, get_dataset_path, load_mat, read_color_image
 # tensorpack's dataset.bsds500 also has these (outside __all__): scripts import them from here
 from ..base import RNGDataFlow  # noqa: F401
 from ..tensorpack_helpers import create_dummy_class, download  # noqa: F401

@@ -11,9 +11,9 @@ import os
 from typing import Any, List, Optional
 
 
-from .._helpers import IndexedSource
+from .._core.helpers import IndexedSource
 from ._checks import check_array, check_labels, check_variables, format_error
-from ._files import RemoteFile, fetch, get_dataset_path, load_mat
+from .._formats.dataset_files import RemoteFile, fetch, get_dataset_path, load_mat
 # tensorpack's dataset.caltech101 also has these (outside __all__): scripts import them from here
 from ..base import RNGDataFlow  # noqa: F401
 from ..tensorpack_helpers import create_dummy_class, download, maybe_download  # noqa: F401

@@ -13,9 +13,9 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...utils.logger import get_logger
-from .._helpers import IndexedSource
+from .._core.helpers import IndexedSource
 from ._checks import DatasetFormatError, check_array, check_keys, check_labels, describe, format_error
-from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, load_dataset_pickle
+from .._formats.dataset_files import RemoteFile, extract_tar, fetch, get_dataset_path, load_dataset_pickle
 # tensorpack's dataset.cifar also has these (outside __all__): scripts import them from here
 from ..base import RNGDataFlow  # noqa: F401
 from ..tensorpack_helpers import download  # noqa: F401

@@ -15,10 +15,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...utils.logger import get_logger
-from .._helpers import IndexedSource
-from ..imgaug._cv2 import import_cv2
+from .._core.helpers import IndexedSource
+from .._image.opencv import import_cv2
 from ._checks import DatasetFormatError, format_error, read_text_lines
-from ._files import RemoteFile, extract_tar, fetch, get_dataset_path, read_color_image, read_encoded_image
+from .._formats.dataset_files import RemoteFile, extract_tar, fetch, get_dataset_path, read_color_image, read_encoded_image
 # tensorpack's dataset.ilsvrc also has these (outside __all__): scripts import them from here
 from ..base import RNGDataFlow  # noqa: F401
 from ..tensorpack_helpers import download, get_caffe_pb, mkdir_p, timed_operation  # noqa: F401

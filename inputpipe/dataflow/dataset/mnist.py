@@ -15,9 +15,9 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from ...utils.compat import BadGzipFile
-from .._helpers import IndexedSource
+from .._core.helpers import IndexedSource
 from ._checks import DatasetFormatError, check_labels
-from ._files import RemoteFile, fetch, get_dataset_path
+from .._formats.dataset_files import RemoteFile, fetch, get_dataset_path
 # tensorpack's dataset.mnist also has these (outside __all__): scripts import them from here
 from ..base import RNGDataFlow  # noqa: F401
 from ..tensorpack_helpers import download, maybe_download  # noqa: F401

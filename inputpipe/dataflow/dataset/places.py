@@ -12,10 +12,10 @@ from typing import Any, List, Optional
 
 
 from ...utils.logger import get_logger
-from .._helpers import IndexedSource
-from ..imgaug._cv2 import import_cv2
+from .._core.helpers import IndexedSource
+from .._image.opencv import import_cv2
 from ._checks import DatasetFormatError, read_text_lines
-from ._files import read_color_image
+from .._formats.dataset_files import read_color_image
 from ..base import RNGDataFlow  # noqa: F401  (tensorpack's dataset.places has it, outside __all__)
 
 __all__ = ["Places365Standard"]

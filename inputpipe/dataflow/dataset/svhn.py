@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...utils.logger import get_logger
-from .._helpers import IndexedSource
+from .._core.helpers import IndexedSource
 from ._checks import check_array, check_labels, check_variables, format_error
-from ._files import RemoteFile, fetch, get_dataset_path, load_mat
+from .._formats.dataset_files import RemoteFile, fetch, get_dataset_path, load_mat
 # tensorpack's dataset.svhn also has these (outside __all__): scripts import them from here
 from ..base import RNGDataFlow  # noqa: F401
 from ..tensorpack_helpers import create_dummy_class, download  # noqa: F401

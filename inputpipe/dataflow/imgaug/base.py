@@ -29,17 +29,16 @@ for a datapoint whichever worker maps it, with any number of workers, and after 
 import functools
 import inspect
 import os
-import pprint
 from collections import namedtuple
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from ...utils.logger import get_logger
 from ..seeding import augmentor_rng, new_rng
 from ._image_rule import HW_OR_HWC, ImageRule
-# tensorpack's imgaug.base also has these (outside __all__): scripts import them from here
-from ..image import check_dtype  # noqa: F401
+from ._repr import default_repr
+# tensorpack's imgaug.base also has these (outside __all__), and check_dtype below: scripts import them from here
 from ..tensorpack_helpers import deprecated, get_rng, log_once  # noqa: F401
 from .encoded import EncodedImage, as_encoded, decoded, is_encoded
 
@@ -84,6 +83,20 @@ def check_image(component: str, img: Any, check_ndim: bool = True) -> None:
             component, img.shape))
 
 
+def check_dtype(img: Any) -> None:
+    """Raise ``TypeError`` unless ``img`` is a numpy array (any numeric dtype passes, as in
+    tensorpack, whose check of integer dtypes never fired). tensorpack's helper of
+    ``dataflow.image`` and ``imgaug.base``; importable from both.
+
+    Example::
+
+        import numpy as np
+        from inputpipe.dataflow.imgaug.base import check_dtype
+        check_dtype(np.zeros((4, 4, 3), np.uint8))
+    """
+    check_image("check_dtype", img, check_ndim=False)
+
+
 def _checking_the_image(get_transform: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     """``get_transform`` preceded by the check of the augmentor's ``_image_rule`` (if it has one)."""
     @functools.wraps(get_transform)
@@ -106,46 +119,6 @@ def hw_shape(component: str, value: Any) -> Tuple[int, int]:
     if isinstance(value, (list, tuple, np.ndarray)) and len(value) == 2:
         return int(value[0]), int(value[1])
     raise ValueError("{}: expected a shape as an int or an (h, w) pair, got {!r}".format(component, value))
-
-
-def _same(value: Any, default: Any) -> bool:
-    if value is default:
-        return True
-    try:
-        return type(value) is type(default) and bool(value == default)
-    except (TypeError, ValueError):     # e.g. arrays
-        return False
-
-
-def default_repr(obj: Any) -> str:
-    """``imgaug.ClassName(arg=value, ...)``: the constructor arguments that differ from their defaults.
-
-    Reads the attributes named like the constructor's parameters (what ``_init(locals())``
-    stores); falls back to ``object.__repr__`` when one is missing or the constructor takes
-    ``*args``/``**kwargs``.
-    """
-    name = type(obj).__name__
-    try:
-        spec = inspect.getfullargspec(type(obj).__init__)
-    except TypeError:
-        return object.__repr__(obj)
-    if spec.varargs is not None or spec.varkw is not None:
-        return object.__repr__(obj)
-    fields = list(spec.args[1:]) + list(spec.kwonlyargs)
-    defaults: Dict[str, Any] = {}
-    if spec.defaults:
-        defaults.update(zip(spec.args[len(spec.args) - len(spec.defaults):], spec.defaults))
-    if spec.kwonlydefaults:
-        defaults.update(spec.kwonlydefaults)
-    parts = []
-    for field in fields:
-        if field not in obj.__dict__ and not hasattr(type(obj), field):
-            return object.__repr__(obj)
-        value = getattr(obj, field)
-        if field in defaults and _same(value, defaults[field]):
-            continue
-        parts.append("{}={}".format(field, pprint.pformat(value)))
-    return "imgaug.{}({})".format(name, ", ".join(parts))
 
 
 class ImageAugmentor:

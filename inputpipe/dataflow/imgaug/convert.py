@@ -8,7 +8,7 @@ Example::
 """
 import numpy as np
 
-from ._cv2 import import_cv2
+from .._image.opencv import import_cv2
 from ._image_rule import NON_EMPTY_HW_OR_HWC, ImageRule
 from .base import PhotometricAugmentor
 

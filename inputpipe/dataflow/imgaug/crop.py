@@ -3,7 +3,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from ._cv2 import INTER_LINEAR, import_cv2
+from .._image.opencv import INTER_LINEAR, import_cv2
 from ._image_rule import HW_OR_HWC, NON_EMPTY_HW_OR_HWC
 from .base import ImageAugmentor, ImagePlaceholder, hw_shape
 # tensorpack's imgaug.crop also has these (outside __all__): scripts import them from here

@@ -47,8 +47,8 @@ import numpy as np
 
 from ...utils.logger import get_logger
 from ..image_damage import DamagedImageError, check_unless_lenient, decoder_error, get_decoding, read_all_jpeg_data
-from . import _turbojpeg
-from ._cv2 import import_cv2
+from .._image import turbojpeg as _turbojpeg
+from .._image.opencv import import_cv2
 
 __all__ = ["EncodedImage", "is_encoded", "as_encoded", "decoded", "set_dct_method", "get_dct_method"]
 

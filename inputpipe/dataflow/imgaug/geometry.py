@@ -4,7 +4,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from ._cv2 import BORDER_REPLICATE, INTER_LINEAR, import_cv2
+from .._image.opencv import BORDER_REPLICATE, INTER_LINEAR, import_cv2
 from ._image_rule import NON_EMPTY_HW_OR_HWC
 from .base import ImageAugmentor
 from .transform import CropTransform, TransformList, WarpAffineTransform

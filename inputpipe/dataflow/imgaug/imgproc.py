@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence, Union, cast
 import numpy as np
 
 from ...utils.logger import get_logger
-from ._cv2 import apply_per_channel, import_cv2
+from .._image.opencv import apply_per_channel, import_cv2
 from ._image_rule import HW_OR_HWC, ImageRule
 from .base import PhotometricAugmentor
 from ..tensorpack_helpers import log_deprecated  # noqa: F401  (tensorpack's imgaug.imgproc has it, outside __all__)
@@ -242,7 +242,7 @@ class GaussianBlur(PhotometricAugmentor):
         aug = imgaug.GaussianBlur(size_range=(0, 3), sigma_range=(0, 0))
         out = aug.augment(img)     # same shape and dtype
 
-    Any real dtype and channel count (see :func:`~inputpipe.dataflow.imgaug._cv2.apply_per_channel`).
+    Any real dtype and channel count (see :func:`~inputpipe.dataflow._image.opencv.apply_per_channel`).
     """
 
     _image_rule = ImageRule((0, 1, 2, 3), nonempty=True)

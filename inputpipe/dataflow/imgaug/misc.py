@@ -4,7 +4,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from ...utils.logger import get_logger
-from ._cv2 import INTER_LINEAR, import_cv2
+from .._image.opencv import INTER_LINEAR, import_cv2
 from ._image_rule import HW_OR_HWC, NON_EMPTY_HW_OR_HWC
 from .base import ImageAugmentor, hw_shape
 from ..tensorpack_helpers import shape2d  # noqa: F401  (tensorpack's imgaug.misc has it, outside __all__)

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._cv2 import import_cv2
+from .._image.opencv import import_cv2
 from ._image_rule import ImageRule
 from .base import PhotometricAugmentor
 

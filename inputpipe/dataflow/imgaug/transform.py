@@ -22,8 +22,8 @@ from typing import Any, Callable, List, Optional
 
 import numpy as np
 
-from ._cv2 import BORDER_CONSTANT, INTER_LINEAR, MAX_OPENCV_CHANNELS, OPENCV_DTYPES, apply_per_channel, import_cv2
-from .base import ImageAugmentor, default_repr
+from .._image.opencv import BORDER_CONSTANT, INTER_LINEAR, MAX_OPENCV_CHANNELS, OPENCV_DTYPES, apply_per_channel, import_cv2
+from ._repr import default_repr
 from .encoded import EncodedImage
 from .. import image_limits
 from ..tensorpack_helpers import log_once  # noqa: F401  (tensorpack's imgaug.transform has it, outside __all__)
@@ -32,9 +32,6 @@ __all__ = [
     "Transform", "ResizeTransform", "CropTransform", "WarpAffineTransform", "FlipTransform", "TransposeTransform",
     "NoOpTransform", "PhotometricTransform", "TransformFactory", "TransformList", "LazyTransform",
 ]
-
-#: tensorpack's legacy name of :class:`~inputpipe.dataflow.imgaug.base.ImageAugmentor`.
-TransformAugmentorBase = ImageAugmentor
 
 
 def _keep_channel_axis(src: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -139,7 +136,7 @@ def _decoding_first(apply_image: Callable[[Any, Any], Any]) -> Callable[[Any, An
 
 class ResizeTransform(Transform):
     """Resize an ``h x w`` image to ``new_h x new_w`` with OpenCV interpolation ``interp`` (any real
-    dtype and channel count: see :func:`~inputpipe.dataflow.imgaug._cv2.apply_per_channel`).
+    dtype and channel count: see :func:`~inputpipe.dataflow._image.opencv.apply_per_channel`).
 
     Example::
 
@@ -507,3 +504,14 @@ class LazyTransform(BaseTransform):
         return repr(self._transform)
 
     __str__ = __repr__
+
+
+def __getattr__(name: str) -> Any:
+    """``ImageAugmentor`` and ``TransformAugmentorBase`` (tensorpack's legacy name of it), which
+    tensorpack's ``imgaug.transform`` has: the augmentors of :mod:`.base` build on the transforms of
+    this module, so they are looked up on first use."""
+    if name in ("ImageAugmentor", "TransformAugmentorBase"):
+        from .base import ImageAugmentor
+
+        return ImageAugmentor
+    raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))

@@ -2,10 +2,10 @@
 to send a datapoint and take its result, and the worker's CPU to take the datapoint and send the
 result (the wire format, the pipe, the shared memory: a 2 MiB array costs the consumer little, as
 it arrives in shared memory, and the worker a copy). Used by the tuner's model of processes
-(:mod:`._tune_model`); private.
+(:mod:`.model`); private.
 
 One worker process echoes each map's sample (a datapoint it took and what it gave, kept by
-:class:`~._tune_chain.TimedFunc`): it receives the datapoint and sends back the result, first
+:class:`~.chain.TimedFunc`): it receives the datapoint and sends back the result, first
 for tiny messages (the cost of a message of any size), then for each map's sample.
 
 Example::
@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
-from ..utils import resources, serialize
-from ..utils.logger import get_logger
-from ._tune_chain import nbytes
-from .base import DataFlow
-from .parallel_map import MultiProcessMapData
+from ...utils import resources, serialize
+from ...utils.logger import get_logger
+from .chain import nbytes
+from ..base import DataFlow
+from ..parallel_map import MultiProcessMapData
 
 __all__ = ["Transport", "measure"]
 

@@ -18,8 +18,8 @@ import copy
 from dataclasses import dataclass
 from typing import List, Optional
 
-from . import _tune_model as model
-from ._tune_chain import PROCESSES, SERIAL, THREADS, WORK, Chain, Form
+from . import model
+from .chain import PROCESSES, SERIAL, THREADS, WORK, Chain, Form
 
 __all__ = ["Split", "suggest"]
 

@@ -2,8 +2,8 @@
 decoding of one record, shared by the serializers of :mod:`inputpipe.dataflow.serialize`."""
 from typing import Any
 
-from ..utils.serialize import WireFormatError, _loads_wire
-from .dataset_io import DatasetFormatError
+from ...utils.serialize import WireFormatError, _loads_wire
+from ..dataset_io import DatasetFormatError
 
 #: Version of the dataset file layouts written here; files of other versions are refused.
 DATASET_FORMAT_VERSION = 1

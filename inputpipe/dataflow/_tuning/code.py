@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set
 
-from ._tune_chain import BATCH, CACHE, FILTER, SERIAL, THREADS, WORK, Chain, Form, Unit, _inputs, new_work_options
+from .chain import BATCH, CACHE, FILTER, SERIAL, THREADS, WORK, Chain, Form, Unit, _inputs, new_work_options
 
 _LITERALS = (bool, int, float, str, bytes, type(None))
 _MAX_LITERAL_CHARS = 120
@@ -227,10 +227,10 @@ def _options_text(unit: Unit, cached: bool) -> str:
 def _render_unit(writer: _Writer, units: Sequence[Unit], forms: Sequence[Form], k: int, cached: bool) -> int:
     """Write unit ``k`` (``cached``: a CacheData will be on its output or above it); returns how
     many units it took (2 when it batches in its workers)."""
-    from ._buffered import CacheData
-    from .batch import BatchData
-    from .parallel_map import MultiProcessMapAndBatchData, MultiProcessMapData, MultiThreadMapData
-    from .transforms import FilterData, MapData, MapDataComponent
+    from .._core.buffered import CacheData
+    from ..batch import BatchData
+    from ..parallel_map import MultiProcessMapAndBatchData, MultiProcessMapData, MultiThreadMapData
+    from ..transforms import FilterData, MapData, MapDataComponent
 
     unit, form = units[k], forms[k]
     taken = 1
@@ -268,7 +268,7 @@ def _render_unit(writer: _Writer, units: Sequence[Unit], forms: Sequence[Form], 
 def render(chain: Chain, forms: Sequence[Form], cache_at: Optional[int] = None) -> Code:
     """The chain in ``forms`` as code (the base as the user built it, when it can be written),
     with a CacheData on the output of unit ``cache_at`` (-1: of the base)."""
-    from ._buffered import CacheData
+    from .._core.buffered import CacheData
 
     writer = _Writer()
     _render_base(writer, chain.base)

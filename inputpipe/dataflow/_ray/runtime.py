@@ -4,7 +4,7 @@
   own ``ray`` module never shadows it) with a one-line error naming the extra when it is missing.
 - :func:`acquire` / :func:`release`: a flow connects to Ray when it starts. With no address and no
   Ray in this process it starts a local instance sized to this machine (on loopback, its files
-  private, shut down again if the start is interrupted: :mod:`._ray_local`) and shuts it down when
+  private, shut down again if the start is interrupted: :mod:`.local`) and shuts it down when
   the last flow that needed it closes; an instance that was already there (``ray.init`` by the
   user, :func:`start_local_ray`, a cluster) is joined and left running.
 - :class:`ActorPool`: ``num_actors`` restartable actors running :class:`RayWorker`, calls on them
@@ -21,11 +21,11 @@ import traceback
 from itertools import islice
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from ..utils.concurrency import POLL_INTERVAL
-from ..utils.errors import WorkerError, exception_type_named, worker_error_class
-from ..utils.logger import get_logger
-from ..utils.seeding import enter_worker, get_global_seed
-from ._ray_local import start_local_instance
+from ...utils.concurrency import POLL_INTERVAL
+from ...utils.errors import WorkerError, exception_type_named, worker_error_class
+from ...utils.logger import get_logger
+from ...utils.seeding import enter_worker, get_global_seed
+from .local import start_local_instance
 
 logger = get_logger(__name__)
 
@@ -170,7 +170,7 @@ class RayWorker:
         """``(result, seconds)``: ``task`` mapped, each datapoint seeded from ``ticket = [key, base
         seed, epoch, index]`` (an actor runs one call at a time, so numpy's and Python's global
         RNGs are reseeded too), and the seconds it took."""
-        from ._map_scheduler import _apply
+        from .._parallel.map_scheduler import _apply
         started = time.perf_counter()
         try:
             return _apply(self.func, self.batch_size, task, ticket, reseed_global=True), time.perf_counter() - started

@@ -20,11 +20,11 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..utils.concurrency import POLL_INTERVAL, StoppableThread
-from ._helpers import close_iterators
-from . import _tune_model as model
-from ._tune_chain import CACHE, Chain, Form, build, nbytes, walk
-from .base import ProxyDataFlow, get_length
+from ...utils.concurrency import POLL_INTERVAL, StoppableThread
+from .._core.helpers import close_iterators
+from . import model
+from .chain import CACHE, Chain, Form, build, nbytes, walk
+from ..base import ProxyDataFlow, get_length
 
 #: Datapoints a tap keeps per pass.
 _KEPT = 256

@@ -6,11 +6,11 @@ choice of a configuration. Used by :mod:`inputpipe.dataflow.tuning`; private.
 Both forms of a parallel map are modelled and rated, and the faster is chosen:
 
 - **threads** share the process' GIL: the part of the map's work that holds it (measured by
-  :mod:`._tune_gil`) runs one call at a time, with the consumer's own Python work, so it counts
+  :mod:`.gil`) runs one call at a time, with the consumer's own Python work, so it counts
   in the consumer thread's bound; the rest (waits, code that releases the GIL) runs side by side;
 - **processes** are charged their CPU share (:func:`inputpipe.utils.resources.workers_within`:
   no more processes than the CPUs keep busy at that share), and pay for moving each datapoint and
-  its result through the transport, measured (:mod:`._tune_transport`): the consumer's CPU per
+  its result through the transport, measured (:mod:`.transport`): the consumer's CPU per
   datapoint in its thread, the worker's in the worker.
 
 Example::
@@ -23,10 +23,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..utils import resources
-from ..utils.compat import prod
-from ._tune_chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Borrowed, Chain, Form, TimedFunc, Unit
-from ._tune_transport import Transport
+from ...utils import resources
+from ...utils.compat import prod
+from .chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Borrowed, Chain, Form, TimedFunc, Unit
+from .transport import Transport
 
 #: The consumer's time per datapoint that goes through a thread map (queues; ~8 us measured).
 THREAD_MESSAGE_SECONDS = 10e-6

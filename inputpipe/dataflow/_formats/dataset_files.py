@@ -9,7 +9,7 @@ the URL, the directory and every file it expects there.
 
 Example::
 
-    from inputpipe.dataflow.dataset._files import RemoteFile, fetch, get_dataset_path
+    from inputpipe.dataflow._formats.dataset_files import RemoteFile, fetch, get_dataset_path
     path = fetch(RemoteFile("t10k-labels-idx1-ubyte.gz", ("http://yann.lecun.com/exdb/mnist/",),
                             md5="ec29112dd5afa0611ce80d1b7f02629c"),
                  get_dataset_path("mnist_data"), component="Mnist")
@@ -88,7 +88,7 @@ def read_color_image(component: str, path: str) -> np.ndarray:
 
         image = read_color_image("ILSVRC12", "train/n01440764/n01440764_10026.JPEG")
     """
-    from ..imgaug._cv2 import import_cv2
+    from .._image.opencv import import_cv2
 
     cv2 = import_cv2(component)
     check_image_file(component, path)

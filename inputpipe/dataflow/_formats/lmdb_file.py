@@ -4,12 +4,12 @@ wire format, and the layout of files written before 0.3 (10-digit keys and an ``
 header)."""
 from typing import Any, Dict, Iterator, Optional, Sequence
 
-from ..utils.serialize import WireFormatError, _loads_wire
-from ._dataset_headers import _check_header, _decode_record
-from ._helpers import EpochCursor, check_indexed, indexed_epoch, indexed_state
-from ._state import StatePlan
-from .base import RNGDataFlow
-from .dataset_io import (DatasetFormatError, _import_lmdb, _lmdb_key, _lmdb_location, _require_file, _SharedEnv,
+from ...utils.serialize import WireFormatError, _loads_wire
+from .dataset_headers import _check_header, _decode_record
+from .._core.helpers import EpochCursor, check_indexed, indexed_epoch, indexed_state
+from .._core.state import StatePlan
+from ..base import RNGDataFlow
+from ..dataset_io import (DatasetFormatError, _import_lmdb, _lmdb_key, _lmdb_location, _require_file, _SharedEnv,
                          lmdb_errors, open_shared_lmdb)
 
 _LMDB_META_KEY = b"__inputpipe__"     # the header of files written before 0.3 (10-digit keys)

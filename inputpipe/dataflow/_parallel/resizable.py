@@ -12,8 +12,8 @@ import collections
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
-from ..utils.logger import get_logger
-from .autoscale import HISTORY_LIMIT, Autoscale, Controller, WorkerCountChange, _Registry, stage_name, worker_count
+from ...utils.logger import get_logger
+from ..autoscale import HISTORY_LIMIT, Autoscale, Controller, WorkerCountChange, _Registry, stage_name, worker_count
 
 __all__ = ["ResizableStage", "WorkerClocks"]
 

@@ -32,7 +32,7 @@ import tempfile
 from contextlib import contextmanager, suppress
 from typing import Any, Dict, Iterator, List, Optional, Set
 
-from ..utils.logger import get_logger
+from ...utils.logger import get_logger
 
 logger = get_logger(__name__)
 

@@ -18,7 +18,7 @@ Example::
 """
 from typing import Any, Dict, Iterable, Optional, Set
 
-from ._state import MAX_STATE_COUNT, SEED, IntRange, ListOf, StateMismatchError, check_state
+from .._core.state import MAX_STATE_COUNT, SEED, IntRange, ListOf, StateMismatchError, check_state
 
 
 class MapPosition:

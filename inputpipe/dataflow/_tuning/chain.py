@@ -19,17 +19,17 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from ..utils import resources
-from ..utils.arguments import is_dataflow
-from ._buffered import CacheData
-from ._helpers import close_iterators
-from ._tune_gil import MARKER, MIN_MOMENTS
-from .base import ProxyDataFlow
-from .batch import BatchData
-from .diagnosis import PARALLEL_KINDS, REMOTE
-from .parallel_map import MultiProcessMapAndBatchData, MultiProcessMapData, MultiThreadMapData
-from .profiling import _kind_of
-from .transforms import FilterData, MapData, MapDataComponent
+from ...utils import resources
+from ...utils.arguments import is_dataflow
+from .._core.buffered import CacheData
+from .._core.helpers import close_iterators
+from .gil import MARKER, MIN_MOMENTS
+from ..base import ProxyDataFlow
+from ..batch import BatchData
+from ..diagnosis import PARALLEL_KINDS, REMOTE
+from ..parallel_map import MultiProcessMapAndBatchData, MultiProcessMapData, MultiThreadMapData
+from ..profiling import _kind_of
+from ..transforms import FilterData, MapData, MapDataComponent
 
 # Unit kinds
 WORK, BATCH, FILTER, CACHE, GENERIC = "work", "batch", "filter", "cache", "generic"
@@ -210,7 +210,7 @@ class ThreadClock:
     waited for a CPU: other processes running, not a property of the work, so taken out. The
     waits of every thread of this process count: while the measuring thread hands the GIL to
     another thread (the profiler's) that waits for a CPU, it waits too, and not for its work.
-    Nothing is counted while the GIL probe is at work (:mod:`._tune_gil`)."""
+    Nothing is counted while the GIL probe is at work (:mod:`.gil`)."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -273,7 +273,7 @@ class TimedFunc:
     """A map function that times its calls (wall and this thread's CPU), measures the bytes of
     some of the datapoints it takes and gives (and keeps the last such pair: ``sample``, to time
     moving them through a worker process), and marks itself as running for the GIL probe
-    (:mod:`._tune_gil`: ``gil_moments``, ``gil_held``)."""
+    (:mod:`.gil`: ``gil_moments``, ``gil_held``)."""
 
     def __init__(self, func: Callable[[Any], Any]):
         self.func = func

@@ -7,7 +7,7 @@ default arguments without importing OpenCV.
 
 Example::
 
-    from inputpipe.dataflow.imgaug._cv2 import import_cv2, INTER_LINEAR
+    from inputpipe.dataflow._image.opencv import import_cv2, INTER_LINEAR
     cv2 = import_cv2("Resize")
     assert cv2.INTER_LINEAR == INTER_LINEAR
 

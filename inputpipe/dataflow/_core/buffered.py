@@ -14,13 +14,13 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from ._helpers import END, EpochCursor, check_positive_int, close_iterators, epoch_rng, length_of
-from ._state import SEED, IntRange, ListOf, StatePlan, check_input_state
-from .base import (
+from .helpers import END, EpochCursor, check_positive_int, close_iterators, epoch_rng, length_of
+from .state import SEED, IntRange, ListOf, StatePlan, check_input_state
+from ..base import (
     DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, StateMismatchError, check_state,
     empty_passes_mean_stuck, empty_passes_text, get_length, is_resumable, raise_if_stopping, require_rng,
 )
-from .seeding import new_rng
+from ..seeding import new_rng
 
 __all__ = ["LocallyShuffleData", "CacheData"]
 

@@ -18,13 +18,13 @@ import time
 import weakref
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
-from ..utils.arguments import no_other_arguments, renamed_argument
-from ..utils.concurrency import POLL_INTERVAL, StoppableThread
-from ..utils.errors import error_from_exception
-from ..utils.resources import thread_schedstat
-from ._helpers import empty_epoch_error as _empty_epoch_error, int_at_least_one as _check_positive
-from ._resizable import ResizableStage, WorkerClocks
-from .base import DataFlow, DataFlowReentrantGuard, call_len, empty_passes_mean_stuck, get_length, raise_if_stopping
+from ...utils.arguments import no_other_arguments, renamed_argument
+from ...utils.concurrency import POLL_INTERVAL, StoppableThread
+from ...utils.errors import error_from_exception
+from ...utils.resources import thread_schedstat
+from .._core.helpers import empty_epoch_error as _empty_epoch_error, int_at_least_one as _check_positive
+from .resizable import ResizableStage, WorkerClocks
+from ..base import DataFlow, DataFlowReentrantGuard, call_len, empty_passes_mean_stuck, get_length, raise_if_stopping
 
 __all__ = ["MultiThreadRunner"]
 

@@ -24,9 +24,9 @@ import random
 import time
 from typing import Any, Deque, List, Optional, Tuple
 
-from ..utils import resources
-from ..utils.compat import native_thread_id
-from ..utils.concurrency import StoppableThread
+from ...utils import resources
+from ...utils.compat import native_thread_id
+from ...utils.concurrency import StoppableThread
 
 __all__ = ["GilProbe", "MARKER", "MIN_MOMENTS"]
 

@@ -20,18 +20,18 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tu
 
 import numpy as np
 
-from ..utils.arguments import no_other_arguments, renamed_argument, warn_deprecated
-from ..utils.concurrency import POLL_INTERVAL
-from ..utils.errors import WorkerError
-from ..utils.seeding import datapoint_context, derive_seed, new_rng
-from ._helpers import close_iterators
-from ._map_position import MapPosition, checked_map_state
-from ._state import StatePlan, check_input_state
-from ._resizable import ResizableStage
-from .autoscale import AUTO, buffer_setting, worker_count
-from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow,
+from ...utils.arguments import no_other_arguments, renamed_argument, warn_deprecated
+from ...utils.concurrency import POLL_INTERVAL
+from ...utils.errors import WorkerError
+from ...utils.seeding import datapoint_context, derive_seed, new_rng
+from .._core.helpers import close_iterators
+from .map_position import MapPosition, checked_map_state
+from .._core.state import StatePlan, check_input_state
+from .resizable import ResizableStage
+from ..autoscale import AUTO, buffer_setting, worker_count
+from ..base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow,
                    empty_passes_mean_stuck, empty_passes_text, get_length, raise_if_stopping)
-from .batch import BatchBuilder
+from ..batch import BatchBuilder
 
 _DEFAULT_BUFFER_SIZE = 200
 #: ``buffer_size="auto"``: seconds of a worker's measured work held in flight for it, the most
@@ -75,7 +75,7 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
     size they provide ``_add_worker()`` (start one, return its new rank, or None when it cannot)
     and ``_retire_worker(rank)`` (stop one that holds no work), and ``_scaling_counters()``.
 
-    Strict maps are resumable (:meth:`get_state`/:meth:`set_state`): see :mod:`._map_position`.
+    Strict maps are resumable (:meth:`get_state`/:meth:`set_state`): see :mod:`.map_position`.
     """
 
     #: Datapoints in one task (the map-and-batch flows: ``batch_size``).

@@ -13,8 +13,8 @@ import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from ._helpers import close_iterators
-from .base import DataFlow
+from .._core.helpers import close_iterators
+from ..base import DataFlow
 
 _CALIBRATION_CALLS = 4000
 

@@ -4,9 +4,9 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..utils.seeding import derive_seed
-from ._state import SEED, StatePlan, check_input_state
-from .base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowLengthUnknown, RNGDataFlow, StateMismatchError, call_len,
+from ...utils.seeding import derive_seed
+from .state import SEED, StatePlan, check_input_state
+from ..base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowLengthUnknown, RNGDataFlow, StateMismatchError, call_len,
                    check_state, empty_passes_mean_stuck, empty_passes_text, require_rng)
 
 # A sentinel for "the iterator is exhausted", distinct from every datapoint.
