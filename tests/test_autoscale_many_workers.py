@@ -205,12 +205,10 @@ def test_work_that_waits_grows_only_as_far_as_the_memory_budget():
     results) stays within it."""
     resources.set_budget(cpus=8, memory_bytes=120 * MB)
     with MemoryWatch() as watch:
-        # the policy doubles the count at every decision, as "auto" grows while the consumer waits
-        # (the pressure to grow does not depend on the machine's load); the budgets still apply
-        settings = Autoscale(interval=0.05, policy=lambda m: 2 * m.workers)
-        df = MultiProcessMapData(Indexed(10 ** 6), settings, two_megabytes, buffer_size="auto")
+        df = MultiProcessMapData(Indexed(10 ** 6), "auto", two_megabytes, buffer_size="auto")
         df.reset_state()
         with df:
+            df._controller.settings.interval = 0.05
             itr = iter(df)
             while df._controller.decisions < 30 or watch.samples <= 20:
                 assert next(itr)[0].nbytes == 2 * MB
