@@ -9,11 +9,11 @@ import time
 import numpy as np
 import pytest
 
-from inputpipe.dataflow import DataFromGenerator, MapData
+from inputpipe.dataflow import Autoscale, DataFromGenerator, MapData
 from inputpipe.dataflow._tuning import model
 from inputpipe.dataflow._tuning import split
 from inputpipe.dataflow import tuning
-from inputpipe.dataflow._tuning.chain import PROCESSES, SERIAL, THREADS, Form, TimedFunc, read_chain
+from inputpipe.dataflow._tuning.chain import PROCESSES, SERIAL, THREADS, TimedFunc, read_chain
 from inputpipe.dataflow._tuning.gil import HELD_AFTER, MARKER, GilProbe
 from inputpipe.dataflow._tuning.transport import Transport
 
@@ -320,11 +320,12 @@ def test_an_auto_stage_is_not_made_serial_by_a_slow_trial(monkeypatch):
     # the user's map is "auto" (the form has no count): a trial below the serial chain leaves it
     # "auto", whose controller sizes it while running; no serial trial is run
     chain, costs = a_chain(), costs_of(work=4, cpu=4, gil=4, move=SMALL)
-    chosen = model.choose(chain, costs, cpus=2, consumer_rate=None)
-    auto = model.Choice([Form(PROCESSES, None)], chosen.estimate, chosen.rated)
+    chain.units[0].auto = Autoscale()
+    auto = model.choose(chain, costs, cpus=2, consumer_rate=None)
+    assert auto.forms[0].kind == PROCESSES
     given = []
     monkeypatch.setattr(tuning, "_trial", lambda chain, forms, *args: given.append([f.kind for f in forms]) or
                         FakeTrial(300.0 if forms[0].kind == SERIAL else 100.0))
     _, kept, _ = tuning._trials(chain, costs, auto, 2, None, 1.0, 0.1, 30.0)
     assert SERIAL not in [kinds[0] for kinds in given]
-    assert (kept.forms[0].kind, kept.forms[0].workers) == (PROCESSES, None)
+    assert kept.forms[0].kind == PROCESSES

@@ -528,7 +528,7 @@ def _trials(chain: Chain, costs: model.Costs, choice: model.Choice, cpus: int, c
             best = (trial, choice, ["The trial ran below the model ({:.1f}/s against {:.1f}/s); a trial with {} gave "
                                     "{:.1f}/s, no faster.".format(rate, model_rate, kinds, other.datapoints_per_sec)])
     best_rate = best[0].datapoints_per_sec
-    if best_rate >= serial or any(f.kind != SERIAL and f.workers is None for f in best[1].forms):
+    if best_rate >= serial or any(u.auto is not None and f.kind != SERIAL for u, f in zip(chain.units, best[1].forms)):
         return best                 # (a stage made "auto" stays "auto": its controller sizes it)
     alone = _trial(chain, serial_forms, seconds, warmup, stall_timeout)
     if alone.stalled or alone.datapoints_per_sec <= best_rate * TRIAL_MARGIN:
