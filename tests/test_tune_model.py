@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from inputpipe.dataflow import Autoscale, DataFromGenerator, MapData
+from inputpipe.dataflow import DataFromGenerator, MapData
 from inputpipe.dataflow._tuning import model
 from inputpipe.dataflow._tuning import split
 from inputpipe.dataflow import tuning
@@ -183,34 +183,14 @@ def test_a_trial_short_of_the_model_tries_the_other_form_and_keeps_it_when_clear
     assert (notes[0].startswith(note) if note else notes == [])
 
 
-def test_no_trial_of_the_other_form_when_it_is_no_faster_than_serial(monkeypatch):
+def test_no_second_trial_when_the_other_form_is_no_faster_than_serial(monkeypatch):
     chain, costs = a_chain(), costs_of(work=4, cpu=4, gil=4, move=SMALL)        # threads = serial
     choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
-    given = []
-    monkeypatch.setattr(tuning, "_trial", lambda chain, forms, *args: given.append([f.kind for f in forms]) or
-                        FakeTrial(100.0))
+    calls = []
+    monkeypatch.setattr(tuning, "_trial", lambda *args: calls.append(1) or FakeTrial(100.0))
     _, kept, notes = tuning._trials(chain, costs, choice, 2, None, 1.0, 0.1, 30.0)
-    # below the serial chain's 250/s: the serial chain is tried too, and is no faster here
-    assert given == [[PROCESSES], [SERIAL]] and kept.forms[0].kind == PROCESSES
+    assert calls == [1] and kept.forms[0].kind == PROCESSES
     assert notes[0].startswith("The trial ran well below the model (100.0/s against ")
-
-
-@pytest.mark.parametrize("serial_rate,kept", [(300.0, SERIAL), (110.0, PROCESSES)])
-def test_a_trial_below_the_serial_chain_keeps_the_chain_serial_when_its_trial_is_clearly_faster(monkeypatch,
-                                                                                              serial_rate, kept):
-    # 4 ms of CPU per call: 249.3/s serial (with the consumer's own cost); the processes' trial gives 100/s (their transport costs
-    # more than measured, or the machine is busy): the serial chain's trial decides
-    chain, costs = a_chain(), costs_of(work=4, cpu=4, gil=4, move=SMALL)
-    choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
-    monkeypatch.setattr(tuning, "_trial", lambda chain, forms, *args:
-                        FakeTrial(serial_rate if forms[0].kind == SERIAL else 100.0))
-    report, kept_choice, notes = tuning._trials(chain, costs, choice, 2, None, 1.0, 0.1, 30.0)
-    assert kept_choice.forms[0].kind == kept
-    if kept == SERIAL:
-        assert report.datapoints_per_sec == serial_rate
-        assert notes == ["The parallel configuration ran at 100.0/s in its trial, below the serial chain (the "
-                         "model's 249.3/s); a trial of the serial chain gave 300.0/s: every map is kept in the "
-                         "consumer's thread."]
 
 
 # ------------------------------------------------------------------------------ the GIL probe
@@ -315,17 +295,3 @@ def test_a_thread_clock_takes_the_process_run_queue_waits_out_of_the_work(monkey
     timed.add(0.010, 0.004)
     assert timed.runqueue_share == 0.99 and timed.per_call()[2] == pytest.approx(0.004)     # the CPU time
 
-
-def test_an_auto_stage_is_not_made_serial_by_a_slow_trial(monkeypatch):
-    # the user's map is "auto" (the form has no count): a trial below the serial chain leaves it
-    # "auto", whose controller sizes it while running; no serial trial is run
-    chain, costs = a_chain(), costs_of(work=4, cpu=4, gil=4, move=SMALL)
-    chain.units[0].auto = Autoscale()
-    auto = model.choose(chain, costs, cpus=2, consumer_rate=None)
-    assert auto.forms[0].kind == PROCESSES
-    given = []
-    monkeypatch.setattr(tuning, "_trial", lambda chain, forms, *args: given.append([f.kind for f in forms]) or
-                        FakeTrial(300.0 if forms[0].kind == SERIAL else 100.0))
-    _, kept, _ = tuning._trials(chain, costs, auto, 2, None, 1.0, 0.1, 30.0)
-    assert SERIAL not in [kinds[0] for kinds in given]
-    assert kept.forms[0].kind == PROCESSES

@@ -499,10 +499,7 @@ def _trials(chain: Chain, costs: model.Costs, choice: model.Choice, cpus: int, c
     """Run the chosen configuration once: its rate is what to expect. When that falls short of the
     model (by more than :data:`TRIAL_SHORTFALL`) and the model rates the other kinds of maps
     (threads for processes, or the other way round) above what the trial gave and above the
-    serial chain, run those too and keep them when their trial is :data:`TRIAL_MARGIN` faster; when
-    the best trial falls below the model's rate of the serial chain, run the serial chain too and
-    keep it when its trial is :data:`TRIAL_MARGIN` faster (the parallel form costs more than it
-    gives). Returns ``(the trial's report, the choice kept, notes)``."""
+    serial chain, run those too and keep them when their trial is :data:`TRIAL_MARGIN` faster. Returns ``(the trial's report, the choice kept, notes)``."""
     trial = _trial(chain, choice.forms, seconds, warmup, stall_timeout)
     if trial.stalled:
         return trial, choice, ["The trial run of this configuration stalled: {}".format(trial.suggestion)]
@@ -510,33 +507,20 @@ def _trials(chain: Chain, costs: model.Costs, choice: model.Choice, cpus: int, c
     if rate >= TRIAL_SHORTFALL * model_rate:
         return trial, choice, []
     runner = choice.runner_up()
-    serial_forms = [Form() for _ in chain.units]
-    serial = model.estimate(chain, costs, serial_forms, cpus, consumer_rate).rate
+    serial = model.estimate(chain, costs, [Form() for _ in chain.units], cpus, consumer_rate).rate
     if runner is None or runner[0] <= max(rate, serial) * model.GAIN_NEEDED:    # (not worth a trial)
-        best = (trial, choice, ["The trial ran well below the model ({:.1f}/s against {:.1f}/s): the machine may be "
-                                "busy, or the work costs more in parallel than measured in one thread. Its profile: "
-                                "result.trial.".format(rate, model_rate)])
-    else:
-        other = _trial(chain, runner[1], seconds, warmup, stall_timeout)
-        kinds = ", ".join("{} {}".format(costs.names[k], f.kind) for k, f in enumerate(runner[1]) if f.kind != SERIAL)
-        if not other.stalled and other.datapoints_per_sec > rate * TRIAL_MARGIN:
-            kept = model.Choice(runner[1], model.estimate(chain, costs, runner[1], cpus, consumer_rate), choice.rated)
-            best = (other, kept, ["The first choice ran at {:.1f}/s in its trial, below the model's {:.1f}/s; a trial "
-                                  "with {} gave {:.1f}/s: proposed instead.".format(rate, model_rate, kinds,
-                                                                                   other.datapoints_per_sec)])
-        else:
-            best = (trial, choice, ["The trial ran below the model ({:.1f}/s against {:.1f}/s); a trial with {} gave "
-                                    "{:.1f}/s, no faster.".format(rate, model_rate, kinds, other.datapoints_per_sec)])
-    best_rate = best[0].datapoints_per_sec
-    if best_rate >= serial or any(u.auto is not None and f.kind != SERIAL for u, f in zip(chain.units, best[1].forms)):
-        return best                 # (a stage made "auto" stays "auto": its controller sizes it)
-    alone = _trial(chain, serial_forms, seconds, warmup, stall_timeout)
-    if alone.stalled or alone.datapoints_per_sec <= best_rate * TRIAL_MARGIN:
-        return best
-    kept = model.Choice(serial_forms, model.estimate(chain, costs, serial_forms, cpus, consumer_rate), choice.rated)
-    return alone, kept, ["The parallel configuration ran at {:.1f}/s in its trial, below the serial chain (the model's "
-                         "{:.1f}/s); a trial of the serial chain gave {:.1f}/s: every map is kept in the consumer's "
-                         "thread.".format(best_rate, serial, alone.datapoints_per_sec)]
+        return trial, choice, ["The trial ran well below the model ({:.1f}/s against {:.1f}/s): the machine may be "
+                               "busy, or the work costs more in parallel than measured in one thread. Its profile: "
+                               "result.trial.".format(rate, model_rate)]
+    other = _trial(chain, runner[1], seconds, warmup, stall_timeout)
+    kinds = ", ".join("{} {}".format(costs.names[k], f.kind) for k, f in enumerate(runner[1]) if f.kind != SERIAL)
+    if not other.stalled and other.datapoints_per_sec > rate * TRIAL_MARGIN:
+        kept = model.Choice(runner[1], model.estimate(chain, costs, runner[1], cpus, consumer_rate), choice.rated)
+        return other, kept, ["The first choice ran at {:.1f}/s in its trial, below the model's {:.1f}/s; a trial with "
+                             "{} gave {:.1f}/s: proposed instead.".format(rate, model_rate, kinds,
+                                                                         other.datapoints_per_sec)]
+    return trial, choice, ["The trial ran below the model ({:.1f}/s against {:.1f}/s); a trial with {} gave {:.1f}/s, "
+                           "no faster.".format(rate, model_rate, kinds, other.datapoints_per_sec)]
 
 
 def _trial(chain: Chain, forms: Sequence[Form], seconds: float, warmup: float, stall_timeout: float) -> ProfileReport:
