@@ -265,9 +265,11 @@ def test_python_dataflow_in_the_training_process_is_measured_and_named(make, adv
     if named is None:
         # the rule: the DataFlow is named when its CPU time is a quarter of the step or more. On a
         # busy machine its thread waits for a CPU most of the step, and the steps wait for it: a
-        # step is then longer than the time it waited, which is more than four times that CPU time
+        # step (the time it waited, then its own work) is then more than four times that CPU time
+        # (the warning's window against the whole run's totals: a margin of a fifth)
         waited_ms = float(re.search(r"over the last \d+ steps, ([\d.]+) ms per step", message).group(1))
-        assert summary["dataflow_cpu_ms_per_step"] < 0.25 * waited_ms, (summary, message)
+        step_ms = waited_ms + 1e3 / summary["consumed_per_s"]
+        assert summary["dataflow_cpu_ms_per_step"] < 0.3 * step_ms, (summary, message)
     else:
         assert message.endswith(advice), message
 
