@@ -168,3 +168,32 @@ def test_an_auto_stage_grows_only_once_it_has_measured_a_result():
     # promise is that no worker came before the first result)
     assert all(c.time >= first_result and c.reason.startswith("policy") for c in history[1:]), history
     assert [c.workers for c in history][:2] in ([1], [1, 2]), history
+
+
+def one_megabyte_quickly(dp):
+    return [np.full(MB, dp[0] % 251, np.uint8)]
+
+
+def test_an_auto_buffer_holds_no_more_results_than_the_memory_budget_leaves_room_for():
+    """Short tasks make an auto buffer hold 32 results per worker; under a 20 MB budget (18 MB
+    of room to grow into, the controller's 90%), the 1 MiB results in flight stay within that
+    room as soon as the controller decided once, whatever the measured task time makes the
+    buffer want between decisions (it used to grow past the budget after a growth)."""
+    from inputpipe.dataflow import MultiThreadMapData
+    resources.set_budget(cpus=2, memory_bytes=20 * MB)
+    df = MultiThreadMapData(Forever(), Autoscale(interval=0.02, settle_intervals=0, policy=lambda m: 2),
+                            one_megabyte_quickly, buffer_size="auto")
+    df.reset_state()
+    with df:
+        itr = iter(df)
+        sizes = []
+        while df._controller.decisions < 30 or len(sizes) < 200:
+            assert next(itr)[0].nbytes == MB
+            if df._controller.decisions >= 1:
+                sizes.append(df.buffer_size)
+        itr.close()
+        measured_seconds = df._measured_task_seconds
+    assert max(sizes) <= 18 and min(sizes) >= 2, sizes
+    # the task time alone asks for more than the room holds: the budget is what holds it
+    assert measured_seconds is not None and 2 * min(32, 0.05 / max(measured_seconds, 1e-9)) > 18
+    assert df.num_workers == 2          # (the policy's count fits: the budget held the buffer)

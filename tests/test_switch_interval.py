@@ -143,8 +143,8 @@ class TickingBurner(Counting):
             yield dp
 
 
-def _gil_reacquire_ms(gil_switch_interval, nap=0.002, wanted=40):
-    """Median time the training thread takes to get the GIL back from a feeding thread that is
+def _gil_reacquire_ms(gil_switch_interval, nap=0.002, wanted=14, seconds=8.0):
+    """Times (ms) the training thread took to get the GIL back from a feeding thread that is
     burning in a DataFlow: the overshoot of a ``nap``-second sleep, counted only when the feeder
     ran during the sleep (so it held the GIL when the sleep ended), less the time the thread
     waited, runnable, for a CPU (its run-queue time from ``schedstat``: the machine's load, not the
@@ -162,7 +162,7 @@ def _gil_reacquire_ms(gil_switch_interval, nap=0.002, wanted=40):
 
     with tf.compat.v1.Session(graph=graph) as sess, hooked_session(sess, source) as run:
         run(label)                                  # the feeding thread is burning now
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + seconds
         while len(overshoots) < wanted and time.monotonic() < deadline:
             ticks_before = flow.ticks
             queued = runqueue_seconds()
@@ -171,12 +171,21 @@ def _gil_reacquire_ms(gil_switch_interval, nap=0.002, wanted=40):
             elapsed = time.perf_counter() - start
             queued = runqueue_seconds() - queued
             if flow.ticks != ticks_before:
-                overshoots.append(max(0.0, elapsed - nap - queued))
-    assert len(overshoots) >= wanted // 2, f"the feeder ran during only {len(overshoots)} naps in 30 s"
-    return 1e3 * statistics.median(overshoots)
+                overshoots.append(1e3 * max(0.0, elapsed - nap - queued))
+    assert len(overshoots) >= wanted // 2, f"the feeder ran during only {len(overshoots)} naps in {seconds} s"
+    return overshoots
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_the_training_thread_gets_the_gil_back_within_about_the_interval():
-    assert _gil_reacquire_ms(0.001) < 3.0
-    assert _gil_reacquire_ms(None) >= 4.0       # Python's 5 ms: what the shortening saves each time
+    """Python's 5 ms interval makes the training thread wait about 5 ms for a DataFlow that
+    holds the GIL; QueueInput's 1 ms saves most of that. Rounds of the two alternate, so a load
+    that comes and goes weighs on both alike (a feeder the OS stops while it holds the GIL delays
+    both by the same time: the promise is what the shorter interval saves, not an absolute time)."""
+    short, default = [], []
+    for _ in range(3):
+        short += _gil_reacquire_ms(0.001)
+        default += _gil_reacquire_ms(None)
+    short_ms, default_ms = statistics.median(short), statistics.median(default)
+    assert default_ms >= 4.0, (default_ms, short_ms)          # Python's 5 ms
+    assert short_ms <= default_ms - 2.0, (default_ms, short_ms)    # of the 4 ms it saves, at least 2

@@ -501,6 +501,8 @@ class Controller:
             reason = "{} (CPU budget {}{})".format(reason, _cpus(room), "" if self._share is None else
                                                   ", a worker's CPU share {:.0%}".format(self._share))
         budget = settings.memory()
+        # the stage's buffer may grow between decisions: within the room the budget leaves it
+        self.stage._limit_memory(None if budget is None else int(budget * GROWTH_HEADROOM) - other_memory)
         if budget is not None and target > n and not self.stage._memory_measured():
             # what one more worker takes is not known before a result was measured
             return n, "{} (memory budget {} MB: waiting for a result to measure)".format(reason, budget >> 20)

@@ -96,6 +96,9 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         self._measured_task_seconds: Optional[float] = None    # buffer_size="auto": a worker's time per task
         self._buffer_counters = (0.0, 0)          # ... its (busy seconds, items) at the last fit
         self._buffer_refit_at = 0.0
+        self._result_bytes: Optional[int] = None    # of a result sampled for the memory budget
+        self._memory_room: Optional[int] = None     # bytes the stage may hold (the memory budget)
+        self._workers_bytes = 0                     # the workers' own memory at the last reading
         self.buffer_size = self._buffer_for(self.num_workers) if self._auto_buffer else buffer_size
         if map_timeout is not None and not map_timeout > 0:
             raise ValueError("{}: map_timeout must be a positive number of seconds or None, got {!r}".format(
@@ -110,7 +113,6 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         self._in_flight: Dict[int, int] = {}     # rank -> tasks sent to it, not yet answered
         self._in_flight_total = 0
         self._added_at: Optional[float] = None   # when the latest worker was added (it warms up)
-        self._result_bytes: Optional[int] = None    # of a result sampled for the memory budget
         self._sample_result = True                  # (the first result, then one per decision)
         self._generation = 0                     # of the current strict iteration; older replies are dropped
         self._generation_in_flight = 0           # tasks of the current generation not yet answered
@@ -204,13 +206,22 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         to hold :data:`AUTO_BUFFER_SECONDS` of its measured work (a worker whose tasks are short
         would otherwise wait for the consumer's thread between them), at least 4 when ordered
         (a slow task holds back the ones after it) and 2 otherwise, at most
-        :data:`AUTO_BUFFER_MAX_PER_WORKER`."""
+        :data:`AUTO_BUFFER_MAX_PER_WORKER`; under a memory budget, no more results than fit
+        beside the workers' own memory (one per worker at least)."""
         per_worker = 4 if self.ordered else 2
         task_seconds = self._measured_task_seconds
         if task_seconds is not None and task_seconds > 0:
             per_worker = max(per_worker, min(AUTO_BUFFER_MAX_PER_WORKER,
                                              int(math.ceil(AUTO_BUFFER_SECONDS / task_seconds))))
-        return per_worker * workers
+        tasks = per_worker * workers
+        if self._memory_room is not None and self._result_bytes:
+            tasks = max(workers, min(tasks, (self._memory_room - self._workers_bytes) // self._result_bytes))
+        return tasks
+
+    def _limit_memory(self, room: Optional[int]) -> None:
+        self._memory_room = room
+        if self._auto_buffer:
+            self.buffer_size = self._buffer_for(self.num_workers)
 
     def _fit_auto_buffer(self) -> None:
         """``buffer_size="auto"``: measure the workers' time per task since the last fit (at
@@ -322,6 +333,7 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
     def _scaling_memory(self, precise: bool = False) -> Tuple[int, int]:
         self._sample_result = True                 # the next result's size, for the next decision
         workers, per_worker = self._workers_memory(precise)
+        self._workers_bytes = workers
         task_bytes = self._result_bytes or 0
         per_worker += (self._buffer_for(1) * task_bytes) if self._auto_buffer else 0
         return workers + self.buffer_size * task_bytes, per_worker

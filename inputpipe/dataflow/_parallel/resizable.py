@@ -67,7 +67,7 @@ class ResizableStage:
 
     The flow provides ``_active_workers()``, ``_grow_one()``, ``_shrink_one()`` (each returns
     whether it changed anything), ``_scaling_counters()`` (cumulative busy seconds and items of
-    all its workers), and may override ``_scaling_memory()``, ``_memory_measured()``,
+    all its workers), and may override ``_scaling_memory()``, ``_memory_measured()``, ``_limit_memory()``,
     ``_scaling_cpu()``, ``_workers_starting()`` and ``_worker_capacity()``. It adds the seconds its consumer waited
     for a result to ``_waited`` and calls ``_scaling.run()`` when ``time.monotonic() >=
     _scaling.due`` (``_scaling`` is None for a pinned stage).
@@ -192,6 +192,10 @@ class ResizableStage:
     def _scaling_memory(self) -> Tuple[int, int]:
         """``(bytes the stage's workers and buffers hold, bytes one more worker would add)``."""
         return 0, 0
+
+    def _limit_memory(self, room: Optional[int]) -> None:
+        """The controller's memory budget: the bytes the stage's workers and buffers may hold
+        (None: no budget). A stage whose buffer grows between decisions keeps it within."""
 
     def _scaling_cpu(self) -> Tuple[Optional[float], Optional[float]]:
         """``(CPU seconds, run-queue seconds)`` of the workers so far: the time they ran on a CPU

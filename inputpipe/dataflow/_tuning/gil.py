@@ -10,8 +10,9 @@ does). To run, the probe needs the GIL. When the measured thread is inside a cal
 measured thread runs Python code, the probe waits until it releases the GIL or the interpreter's
 switch interval makes it. A moment at which the probe waited for the GIL (beyond its own wait for
 a CPU, read from schedstat) fell in a stretch that held the GIL. Each moment counts for the map
-function running at it (each call records when it ran in :data:`MARKER`; the probe may get the
-GIL only during a later call): its GIL share is its held moments over its moments.
+function running when the probe asked for the GIL, once its own wait for a CPU ended (each call
+records when it ran in :data:`MARKER`; the probe may get the GIL only during a later call): its
+GIL share is its held moments over its moments.
 
 Example::
 
@@ -123,13 +124,22 @@ class GilProbe(StoppableThread):
               recent: List[Tuple[float, float, Any]]) -> None:
         """Count the moments up to ``got_gil`` (when the probe got the GIL, having waited
         ``queued`` seconds for a CPU since it last got it), each for the function running at it
-        (``running``, ``recent``: see :class:`_Marker`): those before ``got_gil - queued -
-        HELD_AFTER`` fell in a stretch that held the GIL; then draw the next moment."""
-        held_until = got_gil - queued - HELD_AFTER
+        (``running``, ``recent``: see :class:`_Marker`), then draw the next moment. The probe
+        asked for the GIL once its wait for a CPU ended (``attempt``, its first moment plus
+        ``queued``): the first moment counts for the function running then, the moments while
+        it waited for a CPU are not counted (nothing was tested at them: on a busy machine the
+        measured thread's next call may have begun meanwhile), and the moments from ``attempt``
+        to ``got_gil - HELD_AFTER`` fell in a stretch that held the GIL."""
+        attempt = self._moment + queued
+        held_until = got_gil - HELD_AFTER
+        first = True
         while self._moment <= got_gil:
-            self.moments += 1
-            holder = MARKER.at(self._moment, running, recent)
-            if holder is not None:
-                holder.gil_moments += 1
-                holder.gil_held += self._moment < held_until
+            moment = max(self._moment, attempt)
+            if first or self._moment >= attempt:
+                self.moments += 1
+                holder = MARKER.at(moment, running, recent)
+                if holder is not None:
+                    holder.gil_moments += 1
+                    holder.gil_held += moment < held_until
+            first = False
             self._moment += self._rng.uniform(0.0, 2.0 * self.period)
