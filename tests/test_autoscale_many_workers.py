@@ -201,8 +201,9 @@ def test_work_that_waits_grows_only_as_far_as_the_memory_budget():
     """A map that waits takes little CPU, so its CPU share would allow many processes on 8 CPUs
     (the more, on a busy machine, where making and copying its arrays takes longer); its
     datapoints (2 MiB, up to 24 in flight per worker) and its workers' own memory fill a 120 MB
-    budget first. The memory the stage takes (its workers' own pages, the shared memory of its
-    results) stays within it at every sample, and so does its own claim. (Whether it asked for
+    budget first. The memory the stage takes (its workers' own pages, the pages its workers and
+    this process copied since they forked, the shared memory of its results) stays within it at
+    every sample, and so does its own claim. (Whether it asked for
     more workers than the budget takes depends on the machine's load: not asserted.)"""
     resources.set_budget(cpus=8, memory_bytes=120 * MB)
     with MemoryWatch() as watch:
@@ -217,4 +218,8 @@ def test_work_that_waits_grows_only_as_far_as_the_memory_budget():
             history = [(c.workers, c.reason) for c in df.worker_count_history()]
             claimed = df._controller.claimed_memory
     assert watch.peak <= 120 * MB, (watch.peak / MB, history)
-    assert max(n for n, _ in history) < 8 and claimed <= 120 * MB, (claimed / MB, history)
+    # its claim is within the budget too, except at one worker: a worker forked from a large
+    # parent (a test process that loaded TensorFlow) accounts for its share of the pages they
+    # still share, which can be more than the whole budget (then the stage stays at one)
+    assert max(n for n, _ in history) < 8, history
+    assert claimed <= 120 * MB or df.num_workers == 1, (claimed / MB, history)

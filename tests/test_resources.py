@@ -140,4 +140,14 @@ def test_process_memory_and_cpu_from_statm_and_stat(tmp_path):
     assert resources.process_private_memory(43, str(tmp_path)) is None
     assert resources.process_memory(os.getpid()) > 0
     assert resources.process_private_memory(os.getpid()) > 0
+
+
+def test_the_anonymous_share_reads_pss_anon_and_falls_back_to_the_private_pages(tmp_path):
+    write(tmp_path / "7" / "smaps_rollup", "55d-7ff ---p 00000000 00:00 0  [rollup]\nRss:  900 kB\nPss:  700 kB\n"
+          "Pss_Anon:  300 kB\nPss_File:  400 kB\nPrivate_Clean:  10 kB\nPrivate_Dirty:  20 kB\n")
+    assert resources.process_anon_share(7, str(tmp_path)) == 300 * 1024
+    write(tmp_path / "8" / "smaps_rollup", "Rss:  900 kB\nPrivate_Clean:  10 kB\nPrivate_Dirty:  20 kB\n")  # before 5.9
+    assert resources.process_anon_share(8, str(tmp_path)) == 30 * 1024
+    assert resources.process_anon_share(9, str(tmp_path)) is None
+    assert resources.process_anon_share(os.getpid()) > 0
     assert resources.thread_cpu_seconds(native_thread_id()) >= 0.0

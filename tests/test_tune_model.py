@@ -242,7 +242,9 @@ def test_the_probe_tells_python_work_from_a_sleep():
             loops(None)
     assert MARKER.probing is False and MARKER.running is None
     assert naps.gil_share() is not None and loops.gil_share() is not None
-    assert naps.gil_share() < 0.2 and loops.gil_share() > naps.gil_share() + 0.3
+    # (other Python threads of the process, e.g. pytest-xdist's, may hold the GIL during a nap
+    # on a busy machine: a sleep reads a little, never near a loop)
+    assert naps.gil_share() < 0.35 and loops.gil_share() > naps.gil_share() + 0.4
     assert naps.clock.calls == loops.clock.calls == 0      # nothing timed while the probe was at work
 
 

@@ -26,7 +26,7 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 from ..utils.arguments import no_other_arguments, renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread  # noqa: F401 - tensorpack has it here
 from ..utils.logger import get_logger
-from ..utils.resources import process_memory, process_private_memory, process_schedstat
+from ..utils.resources import process_anon_share, process_memory, process_schedstat
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 from ._core.helpers import empty_epoch_error as _empty_epoch_error, int_at_least_one as _check_positive
 from ._core.state import IntRange, StatePlan, check_plain_state, two_phase
@@ -264,9 +264,10 @@ class MultiProcessRunnerZMQ(WorkerPoolOwner, ResizableStage, ProxyDataFlow):
         return bool(self._received)            # the workers' memory holds a datapoint made
 
     def _scaling_memory(self, precise: bool = False) -> Tuple[int, int]:
-        read = process_private_memory if precise else process_memory
+        read = process_anon_share if precise else process_memory
         sizes = [read(pid) or 0 for pid in self._pool.pids]
-        return sum(sizes), (max(sizes) if sizes else 0)
+        # (and their shared-memory segments, where the datapoints in flight live)
+        return sum(sizes) + self._pool.shared_memory_bytes(), (max(sizes) if sizes else 0)
 
     def _receive_measured(self) -> Optional[Tuple[int, Any]]:
         """The next message; for ``"auto"``, the time waited is measured and the controller runs."""

@@ -33,7 +33,7 @@ from ..utils.arguments import renamed_argument
 from ..utils.concurrency import POLL_INTERVAL, StoppableThread
 from ..utils.errors import WorkerError, error_from_exception
 from ..utils.logger import get_logger
-from ..utils.resources import process_memory, process_private_memory, process_schedstat, thread_schedstat
+from ..utils.resources import process_anon_share, process_memory, process_schedstat, thread_schedstat
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 # the scheduler lives in ._parallel.map_scheduler; tensorpack-era code imports these from here
 from ._parallel.map_scheduler import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, _ParallelMapBase  # noqa: F401
@@ -341,9 +341,12 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         return self._clocks.total(self._pool.pids)
 
     def _workers_memory(self, precise: bool) -> Tuple[int, int]:
-        read = process_private_memory if precise else process_memory
+        read = process_anon_share if precise else process_memory
         sizes = [read(pid) or 0 for pid in self._pool.pids]
         return sum(sizes), (max(sizes) if sizes else 0)
+
+    def _shared_memory(self) -> int:
+        return self._pool.shared_memory_bytes()
 
     def _receive(self, timeout: float):
         return self._pool.receive(timeout)

@@ -90,7 +90,8 @@ _INLINE, _DATA, _ERROR = "in", "dp", "err"
 # why a large datapoint came through the pipe: the consumer holds the segment, the datapoint is
 # larger than the segment, /dev/shm has no room to grow the segment
 _HELD, _TOO_BIG, _NO_SPACE = "held", "big", "space"
-#: The segment's memory is reserved in steps of at least this (then doubling).
+#: The segment's memory is reserved in steps of at least this (then a quarter of what it has: the
+#: memory budget of "auto" stages counts what the segments hold).
 _MIN_COMMIT_BYTES = 1 << 20
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)    # Linux >= 5.14
 _FD_LIMIT_ERRNOS = (errno.EMFILE, errno.ENFILE)
@@ -307,14 +308,14 @@ class WorkerEnd:
         return slot
 
     def _commit(self, end: int) -> bool:
-        """Back the data area up to ``end`` with memory (reserved and pre-faulted), growing in
-        doubling steps. False when the file system has no room: the segment then stays at what
+        """Back the data area up to ``end`` with memory (reserved and pre-faulted), growing by a
+        quarter at least. False when the file system has no room: the segment then stays at what
         it has, and what does not fit goes through the pipe."""
         if end <= self._committed:
             return True
         assert self._fd is not None and self._regions is not None     # only called on the shared-memory path
         table = _table_bytes(self._capacity)
-        wanted = min(self._capacity, _pages(max(end, 2 * self._committed, _MIN_COMMIT_BYTES)))
+        wanted = min(self._capacity, _pages(max(end, self._committed + self._committed // 4, _MIN_COMMIT_BYTES)))
         for target in sorted({wanted, min(self._capacity, _pages(end))}, reverse=True):
             try:
                 os.posix_fallocate(self._fd, table + self._committed, target - self._committed)
@@ -327,6 +328,11 @@ class WorkerEnd:
             return True
         self._regions.limit(self._committed)
         return False
+
+    def shared_bytes(self) -> int:
+        """Bytes of memory the segment holds: its region table and the data area backed so far
+        (it never gives memory back while the worker lives)."""
+        return _table_bytes(self._capacity) + self._committed if self._fd is not None else 0
 
     def _prefault(self, offset: int, length: int) -> None:
         """Map the pages of a newly reserved range now, so copies into it never stop on a page
@@ -422,7 +428,7 @@ class WorkerEnd:
         mm = self._mm
         use_shm = mm is not None and _uses_shared_memory(lengths)
         control = {"k": _DATA, "h": bytes(frames[0]), "len": lengths, "r": -1, "o": 0,
-                   "b": self.busy_seconds, "n": self.items}
+                   "b": self.busy_seconds, "n": self.items, "c": self.shared_bytes()}
         built_in_place = self._prepared_slot(payload) if use_shm else None
         if built_in_place is not None:               # already where the parent reads it: no copy
             control["r"], control["o"] = built_in_place
@@ -526,6 +532,8 @@ class ParentEnd:
         self.pipe_fallbacks = 0
         self.busy_seconds = 0.0
         self.items = 0
+        #: Bytes of memory the worker's segment holds, as of its latest datapoint through it.
+        self.shared_bytes = 0
 
     def receive(self) -> Tuple[str, Any]:
         """Read one message: ``("data", datapoint)`` or ``("error", (reason, traceback, type,
@@ -544,6 +552,7 @@ class ParentEnd:
         if kind != _DATA:
             raise serialize.WireFormatError("{}: expected a message from a worker, got {!r}".format(
                 self.component, control))
+        self.shared_bytes = int(control.get("c", self.shared_bytes))
         if control["r"] < 0:
             if "why" in control:
                 self._note_fallback(control["len"], control["why"])

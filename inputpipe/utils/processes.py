@@ -23,6 +23,7 @@ Example::
     procs.close()
 """
 import ctypes
+import gc
 import multiprocessing as mp
 import os
 import pickle
@@ -114,6 +115,10 @@ def _allow_children() -> None:
 
 def _worker_main(target: Callable, rank: int, args: Sequence[Any], parent_pid: Optional[int],
                  death_signal: bool, global_seed: Optional[int]) -> None:
+    # The objects a forked worker inherits are never traversed by its garbage collector: a
+    # collection writes to every object it visits, which would copy the parent's Python heap
+    # page by page into the worker (copy-on-write) and hold it there as the worker's own memory.
+    gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if death_signal:
         _set_parent_death_signal()

@@ -36,7 +36,7 @@ from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
 __all__ = [
     "Budget", "set_budget", "overrides", "budget", "cpu_budget", "memory_budget", "available_cpus", "affinity_cpu_count",
     "cgroup_cpu_limit", "available_memory", "meminfo_available", "cgroup_memory_room", "process_memory",
-    "process_private_memory", "process_cpu_seconds", "thread_cpu_seconds", "process_schedstat", "thread_schedstat",
+    "process_private_memory", "process_anon_share", "process_cpu_seconds", "thread_cpu_seconds", "process_schedstat", "thread_schedstat",
     "MIN_CPU_SHARE", "cpu_share", "cpu_charge", "workers_within",
 ]
 
@@ -301,6 +301,28 @@ def process_private_memory(pid: int, proc_root: str = "/proc") -> Optional[int]:
             except (ValueError, IndexError):
                 return None
     return total
+
+
+def process_anon_share(pid: int, proc_root: str = "/proc") -> Optional[int]:
+    """Bytes of anonymous memory process ``pid`` accounts for, a page it shares with ``n - 1``
+    other processes counted ``1/n`` (``Pss_Anon`` of ``/proc/<pid>/smaps_rollup``; on kernels
+    before 5.9, which lack it, the private pages: :func:`process_private_memory`). Summed over
+    forked workers it counts what they hold beyond their parent at most once, and the pages they
+    still share with it in part: an upper bound of what they cost, also when the parent has
+    since rewritten pages the workers keep (copy-on-write), which only their shares count. None
+    when unreadable.
+
+    Example::
+
+        workers = sum(process_anon_share(pid) or 0 for pid in pool.pids)
+    """
+    for line in (_read(os.path.join(proc_root, str(pid), "smaps_rollup")) or "").splitlines():
+        if line.startswith("Pss_Anon:"):
+            try:
+                return int(line.split()[1]) * 1024
+            except (ValueError, IndexError):
+                return None
+    return process_private_memory(pid, proc_root)
 
 
 def _stat_cpu_seconds(path: str) -> Optional[float]:

@@ -121,6 +121,11 @@ class WorkerPool:
         arrays the consumer still held (see :mod:`~inputpipe.utils.channel`)."""
         return sum(end.pipe_fallbacks for end in self._ends)
 
+    def shared_memory_bytes(self) -> int:
+        """Bytes of shared memory the active workers' segments hold (as of each one's latest
+        large datapoint; see :mod:`~inputpipe.utils.channel`)."""
+        return sum(self._ends[rank].shared_bytes for rank in self._active)
+
     def worker_stats(self) -> List[dict]:
         """``{"rank", "busy_seconds", "items", "active"}`` of each worker ever started (retired
         ones keep their last values, so sums over the list only grow), as of its latest message

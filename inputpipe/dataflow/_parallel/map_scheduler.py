@@ -39,6 +39,9 @@ _DEFAULT_BUFFER_SIZE = 200
 AUTO_BUFFER_SECONDS = 0.05
 AUTO_BUFFER_MAX_PER_WORKER = 32
 AUTO_BUFFER_REFIT = 0.5
+#: The memory a worker's shared-memory segment takes per byte of its results in flight, at most
+#: (it grows by a quarter at a time: :mod:`inputpipe.utils.channel`).
+SEGMENT_GROWTH = 1.25
 
 
 def _old_style_arguments(name: str, count_name: str, count: Any, map_func: Optional[Callable],
@@ -215,7 +218,8 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
                                              int(math.ceil(AUTO_BUFFER_SECONDS / task_seconds))))
         tasks = per_worker * workers
         if self._memory_room is not None and self._result_bytes:
-            tasks = max(workers, min(tasks, (self._memory_room - self._workers_bytes) // self._result_bytes))
+            fits = (self._memory_room - self._workers_bytes) / (SEGMENT_GROWTH * self._result_bytes)
+            tasks = max(workers, min(tasks, int(fits)))
         return tasks
 
     def _limit_memory(self, room: Optional[int]) -> None:
@@ -324,8 +328,13 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         return sum(s["busy_seconds"] for s in stats), sum(int(s["items"]) for s in stats)
 
     def _workers_memory(self, precise: bool) -> Tuple[int, int]:
-        """``(bytes the workers hold, bytes one more would)``; 0 for workers in this process."""
+        """``(bytes the workers hold, bytes one more would)``, without their shared memory; 0
+        for workers in this process."""
         return 0, 0
+
+    def _shared_memory(self) -> int:
+        """Bytes the workers' shared-memory segments hold (results in flight live there)."""
+        return 0
 
     def _memory_measured(self) -> bool:
         return self._result_bytes is not None
@@ -335,8 +344,9 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         workers, per_worker = self._workers_memory(precise)
         self._workers_bytes = workers
         task_bytes = self._result_bytes or 0
-        per_worker += (self._buffer_for(1) * task_bytes) if self._auto_buffer else 0
-        return workers + self.buffer_size * task_bytes, per_worker
+        # a worker's segment grows to hold its results in flight (by a quarter at a time)
+        per_worker += int(SEGMENT_GROWTH * self._buffer_for(1) * task_bytes) if self._auto_buffer else 0
+        return workers + max(self._shared_memory(), self.buffer_size * task_bytes), per_worker
 
     # ------------------------------------------------------------------------------ resuming
 
