@@ -80,12 +80,36 @@ def run_together(stages, seconds, step=0.05):
 
 
 class VirtualClock:
+    """The time of the model, and its machine: ``machine_cpus`` (None: the idle CPUs are not
+    known, as on a system without ``/proc/stat``) of which ``other_load`` CPUs are used by other
+    programs; the model stages use their own CPU."""
+
     def __init__(self):
         self.now = 1000.0
         self.stages = []
+        self.machine_cpus = None
+        self.other_load = 0.0
 
     def monotonic(self):
         return self.now
+
+    def cpu_seconds(self):
+        return sum(stage.cpu for stage in self.stages) + self.other_load * self.now
+
+
+class ModelIdle:
+    """The controller's idle-CPU reader on the model's machine."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.last = (clock.now, clock.cpu_seconds())
+
+    def sample(self):
+        now = (self.clock.now, self.clock.cpu_seconds())
+        (t0, cpu0), (t1, cpu1), self.last = self.last, now, now
+        if self.clock.machine_cpus is None or not t1 > t0:
+            return None
+        return max(0.0, self.clock.machine_cpus - (cpu1 - cpu0) / (t1 - t0))
 
 
 def virtual_clock(monkeypatch):
@@ -95,6 +119,7 @@ def virtual_clock(monkeypatch):
 
     virtual = VirtualClock()
     monkeypatch.setattr(autoscale, "_monotonic", virtual.monotonic)
+    monkeypatch.setattr(autoscale, "IdleCpus", lambda: ModelIdle(virtual))
     yield virtual
     for stage in virtual.stages:
         stage.close()

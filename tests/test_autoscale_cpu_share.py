@@ -76,6 +76,25 @@ def test_a_map_that_turns_cpu_bound_shrinks_to_the_budget_and_grows_back_when_it
     assert stage.workers == 6
 
 
+def test_a_share_that_jumps_is_taken_at_once_and_one_that_wobbles_is_averaged(clock):
+    """From CPU-bound work (share 1) to work that waits 8 ms per 1 ms of CPU (share 1/9): the
+    first share measured after the change is the stage's share at once (averaged, 0.56 would
+    hold it to 4 workers for another interval); a share that moves less is averaged in."""
+    stage = ModelStage(Autoscale(interval=0.5, cpu_budget=2), per_worker=250, consumer=1000, cpu_share=1.0,
+                       kind="processes", clock=clock)
+    stage.run_for(10.0)
+    assert stage.workers == 2 and stage._controller._share == pytest.approx(1.0)
+    stage.per_worker, stage.cpu_share = 111, 1 / 9
+    changes = len(stage.worker_count_history())
+    stage.run_for(10.0)
+    grown = stage.worker_count_history()[changes:]
+    # doubling each interval, the budget (2 CPUs at 1/9 each: 18) out of the way (averaged: 3, 5, 8, 10)
+    assert [c.workers for c in grown] == [4, 8, 10] and not any("CPU budget" in c.reason for c in grown), grown
+    stage.cpu_share = 1 / 6                                  # a wobble of 1.5x: averaged
+    stage.run_for(3.0)
+    assert 1 / 9 < stage._controller._share < 1 / 6
+
+
 def test_threads_are_charged_their_share_as_processes_are(clock):
     # half of the work releases the GIL in C code on a CPU, half holds it... a share of 1/2
     stage = ModelStage(Autoscale(interval=0.5, cpu_budget=2), per_worker=100, consumer=2000, cpu_share=0.5,
@@ -103,6 +122,67 @@ def test_a_shrink_to_the_budget_is_not_undone(clock):
     history = stage.worker_count_history()
     assert [c.workers for c in history] == [8, 4, 2]
     assert not any(c.reason.startswith("undo") for c in history)
+
+
+# ----------------------------------------------------------------- growing on CPUs measured idle
+
+@pytest.fixture
+def system_budget_of_two(monkeypatch, clock):
+    """The system's own budget (no set_budget, no cpu_budget) is 2 CPUs; the model's machine has
+    2 CPUs, whose idle time the controller reads."""
+    monkeypatch.setattr(resources, "cpu_budget", lambda: 2)
+    clock.machine_cpus = 2
+    return clock
+
+
+def nested(clock, inner_share=1.0):
+    """The nested chain's shape: an outer stage that waits on its slow source (one worker charged
+    a whole CPU, using 0.45 of one) beside an inner CPU-bound stage whose consumer waits."""
+    outer = ModelStage(Autoscale(interval=0.5, max_workers=1), per_worker=1000, consumer=450, cpu_share=1.0,
+                       kind="processes", clock=clock)
+    inner = ModelStage(Autoscale(interval=0.5), per_worker=500, consumer=1000, cpu_share=inner_share,
+                       kind="processes", clock=clock)
+    return outer, inner
+
+
+def test_under_the_system_budget_a_stage_grows_past_its_share_while_cpus_are_idle(system_budget_of_two):
+    """The outer stage is charged a whole CPU and uses 0.45: the shares leave the inner stage one
+    worker, the machine has 0.55 of a CPU idle, so it grows to two (and does not shrink back for
+    the CPU budget while its work stays the same)."""
+    outer, inner = nested(system_budget_of_two)
+    run_together([outer, inner], 20.0)
+    assert inner.counts() == [1, 2], inner.worker_count_history()
+    assert grows(inner)[0].reason.endswith("500 results/s (0.5 CPUs idle)")
+
+
+@pytest.mark.parametrize("how", ["no idle reading", "set_budget", "cpu_budget"])
+def test_without_a_reading_or_under_an_explicit_budget_the_shares_alone_hold_it(system_budget_of_two, how):
+    clock = system_budget_of_two
+    if how == "no idle reading":
+        clock.machine_cpus = None
+    elif how == "set_budget":
+        resources.set_budget(cpus=2)
+    outer, inner = nested(clock)
+    if how == "cpu_budget":
+        inner._controller.settings.cpu_budget = 2
+    run_together([outer, inner], 20.0)
+    # (a budget of its own: the other stage's claim does not count)
+    assert inner.counts() == ([1, 2] if how == "cpu_budget" else [1]), inner.worker_count_history()
+
+
+def test_a_stage_grown_on_idle_cpus_shrinks_when_its_work_turns_cpu_bound(system_budget_of_two):
+    clock = system_budget_of_two
+    outer, inner = nested(clock, inner_share=0.5)
+    inner.consumer = 2000
+    run_together([outer, inner], 20.0)
+    # its share (1/2) fills the 1 CPU the outer stage's claim leaves with two; idle CPUs took a third
+    assert inner.counts() == [1, 2, 3] and "(0.5 CPUs idle) (CPU budget 1" in grows(inner)[1].reason
+    inner.cpu_share = 1.0                                # the same rate, all of it on a CPU now
+    changes = len(inner.worker_count_history())
+    run_together([outer, inner], 20.0)
+    after = inner.worker_count_history()[changes:]
+    assert [c.workers for c in after] == [1, 2], after       # then 2: 1 + 0.45 of 2 CPUs leave half a CPU idle
+    assert after[0].reason.startswith("shrink: CPU budget: 3 workers") and after[1].reason.endswith("CPUs idle)")
 
 
 # ------------------------------------------------------------------------------------ the accounting

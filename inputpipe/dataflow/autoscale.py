@@ -17,8 +17,13 @@ It never exceeds the budget of :mod:`inputpipe.utils.resources`, shared by every
 the process: a worker, process or thread, counts for its measured CPU share (the CPU it uses over
 the time it works, without the time it waited for a CPU held by other work: a process that waits
 for I/O two thirds of its time costs a third of a CPU), so workers that wait may outnumber the
-CPUs until their shares fill the budget; when the work turns CPU-bound and the workers' shares
-add up to well over the budget, the stage shrinks. The workers' own memory (``/proc``) plus the
+CPUs until their shares fill the budget. Under the system's own budget (no
+:func:`~inputpipe.utils.resources.set_budget` and no ``cpu_budget`` of the stage's) it grows on
+past that count while the CPUs it may use were measured idle (:mod:`inputpipe.utils.cpu_idle`:
+workers that wait do not all wait at once, so the count their shares give leaves CPUs unused,
+and stages that wait for each other use less than their shares say); an explicit budget is a
+promise, held by the shares alone. When the work turns CPU-bound and the workers' shares add
+up to well over the budget, the stage shrinks. The workers' own memory (``/proc``) plus the
 results in flight stay under the memory budget. An explicit number pins a stage; a pinned or an
 auto stage can also be set by hand with ``set_num_workers(n)``. Changing the count keeps every
 guarantee of the stage: each datapoint once, the order of ordered maps, resumable state and
@@ -40,6 +45,7 @@ from time import monotonic as _monotonic
 from typing import Any, Callable, List, NamedTuple, Optional, Tuple, Union
 
 from ..utils import resources
+from ..utils.cpu_idle import IdleCpus
 from ..utils.logger import get_logger
 
 __all__ = ["AUTO", "Autoscale", "Controller", "Measurement", "WorkerCountChange", "auto_stages", "stage_name"]
@@ -87,6 +93,16 @@ SHARE_MIN_BUSY_SECONDS = 0.5
 #: An auto stage without a memory budget starts with this many workers (fewer when the CPU
 #: budget is smaller); under a memory budget it starts with one.
 START_WORKERS = 2
+#: A measured CPU share this many times above or below the smoothed one replaces it at once (the
+#: work changed: a phase of the run), instead of being averaged in.
+SHARE_JUMP = 3.0
+#: Under the system's budget, a stage grows past the count its workers' CPU shares allow while at
+#: least this share of one more worker's CPU share was idle over the interval (a growth that
+#: then does not deliver more is undone, as any other).
+IDLE_GROWTH = 0.25
+#: ... and a stage so grown shrinks for the CPU budget only once its workers' CPU share rose by
+#: this factor since it grew (the work turned CPU-bound), not because idle CPUs were used.
+IDLE_SHARE_ROSE = 1.5
 #: Seconds between readings of the system's CPU budget (the memory budget is read once).
 BUDGET_REFRESH = 10.0
 
@@ -118,7 +134,8 @@ class Measurement(NamedTuple):
     ``cpu_share`` (the share of the workers' working time spent on a CPU, without their waits for
     a CPU held by other work; None when not measured: see
     :func:`inputpipe.utils.resources.cpu_share`) and ``working_share`` (``busy_share`` without
-    the workers' waits for a CPU; None when those are not known)."""
+    the workers' waits for a CPU; None when those are not known) and ``idle_cpus`` (CPUs of the
+    process left unused over the interval, by any program: :mod:`inputpipe.utils.cpu_idle`)."""
     seconds: float
     workers: int
     wait_share: float
@@ -130,6 +147,7 @@ class Measurement(NamedTuple):
     memory_bytes: int
     cpu_share: Optional[float] = None
     working_share: Optional[float] = None
+    idle_cpus: Optional[float] = None
 
 
 class Autoscale:
@@ -330,6 +348,8 @@ class Controller:
         self._task_seconds: Optional[float] = None
         self._per_worker_memory = 0
         self._share: Optional[float] = None         # the workers' CPU share, smoothed over intervals
+        self._idle = IdleCpus()
+        self._idle_grown_share: Optional[float] = None   # the share when it last grew on idle CPUs
         self._base = self._sample()
         self._share_base = self._base             # the sample the CPU share is measured from
         self.due = self._base[0] + settings.interval
@@ -363,7 +383,8 @@ class Controller:
             demand_per_s=items / working if items and working > 1e-3 else None,
             task_seconds=busy / items if items else None,
             cpus_used=None if cpu is None else cpu / seconds, memory_bytes=memory, cpu_share=self._measure_share(now),
-            working_share=None if queued is None else max(0.0, min(1.0, (busy - queued) / (seconds * workers))))
+            working_share=None if queued is None else max(0.0, min(1.0, (busy - queued) / (seconds * workers))),
+            idle_cpus=self._idle.sample())
 
     def _measure_share(self, now: _Sample) -> Optional[float]:
         """The workers' CPU share since it was last measured, once they have worked
@@ -383,6 +404,7 @@ class Controller:
 
     def _rebase(self, sample: _Sample) -> None:
         self._base = sample
+        self._idle.sample()                      # the idle CPUs are measured from here too
         interval = self.settings.interval
         if self._task_seconds is not None and interval > 0:
             interval = max(interval, TASKS_PER_INTERVAL * self._task_seconds)
@@ -417,8 +439,10 @@ class Controller:
         m = self._measure(sample)
         if m.task_seconds is not None:
             self._task_seconds = m.task_seconds
-        if m.cpu_share is not None:              # smoothed: one odd interval does not swing the count
-            self._share = m.cpu_share if self._share is None else 0.5 * (self._share + m.cpu_share)
+        if m.cpu_share is not None:              # smoothed: one odd interval does not swing the count...
+            jumped = self._share is not None and not 1 / SHARE_JUMP < m.cpu_share / max(self._share, 1e-9) < SHARE_JUMP
+            # ... but a share that moved by a factor of SHARE_JUMP is a new kind of work: taken at once
+            self._share = m.cpu_share if self._share is None or jumped else 0.5 * (self._share + m.cpu_share)
         self._publish_claims(m)
         target, reason = self._decide(m)
         if target is not None:
@@ -490,16 +514,29 @@ class Controller:
         cpus = settings.cpus()
         room = cpus - other_cpus
         allowed = target if self.kind == "actors" else resources.workers_within(room, self._share)
+        idle_growth = self.kind != "actors" and settings.cpu_budget is None and \
+            resources.overrides().cpus is None and m.idle_cpus is not None
+        if idle_growth and n > max(allowed, settings.min_workers) and self._idle_grown_share is not None and \
+                (self._share or 1.0) < IDLE_SHARE_ROSE * self._idle_grown_share:
+            allowed = n                                # grown on idle CPUs; its work did not change
         if self.kind != "actors" and n > max(allowed, settings.min_workers) and \
                 self._charge(n) > OVER_BUDGET * max(room, 0.0):
             # the work turned CPU-bound: its workers' shares add up to well over the budget
+            self._idle_grown_share = None
             target = max(allowed, settings.min_workers, n // 2)
             return target, "shrink: CPU budget: {} workers at a CPU share of {:.0%} take {:.1f} of {} CPUs".format(
                 n, self._share or 1.0, self._charge(n), _cpus(room))
         if target > max(allowed, settings.min_workers):
-            target = max(allowed, settings.min_workers, min(n, target))
-            reason = "{} (CPU budget {}{})".format(reason, _cpus(room), "" if self._share is None else
-                                                  ", a worker's CPU share {:.0%}".format(self._share))
+            per_worker = self._charge(1)
+            if idle_growth and m.idle_cpus is not None and m.idle_cpus >= IDLE_GROWTH * per_worker:
+                fits = max(1, int(math.floor(m.idle_cpus / per_worker + 0.5)))
+                allowed = max(allowed, min(target, n + fits))
+                self._idle_grown_share = self._share or 1.0
+                reason = "{} ({:.1f} CPUs idle)".format(reason, m.idle_cpus)
+            if target > max(allowed, settings.min_workers):
+                target = max(allowed, settings.min_workers, min(n, target))
+                reason = "{} (CPU budget {}{})".format(reason, _cpus(room), "" if self._share is None else
+                                                      ", a worker's CPU share {:.0%}".format(self._share))
         budget = settings.memory()
         # the stage's buffer may grow between decisions: within the room the budget leaves it
         self.stage._limit_memory(None if budget is None else int(budget * GROWTH_HEADROOM) - other_memory)

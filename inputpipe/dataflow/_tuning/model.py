@@ -8,8 +8,9 @@ Both forms of a parallel map are modelled and rated, and the faster is chosen:
 - **threads** share the process' GIL: the part of the map's work that holds it (measured by
   :mod:`.gil`) runs one call at a time, with the consumer's own Python work, so it counts
   in the consumer thread's bound; the rest (waits, code that releases the GIL) runs side by side;
-- **processes** are charged their CPU share (:func:`inputpipe.utils.resources.workers_within`:
-  no more processes than the CPUs keep busy at that share), and pay for moving each datapoint and
+- **processes** are as many as reach the rate on the CPUs the rest of the chain leaves them, by
+  a queue model of workers that wait and compute in turn (:func:`closed_loop_rate`: processes
+  that wait outnumber the CPUs their shares fill), and pay for moving each datapoint and
   its result through the transport, measured (:mod:`.transport`): the consumer's CPU per
   datapoint in its thread, the worker's in the worker.
 
@@ -23,7 +24,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ...utils import resources
 from ...utils.compat import prod
 from .chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Borrowed, Chain, Form, TimedFunc, Unit
 from .transport import Transport
@@ -43,6 +43,9 @@ MAX_THREADS = 32
 MAX_PROCESSES = 64
 #: Workers chosen for about this much more than the target rate (a margin for jitter).
 HEADROOM = 1.1
+#: Processes are sized for this share of the rate the CPUs allow them when the CPUs are what
+#: limits (the queue model reaches all of it only with endless workers).
+QUEUE_GOAL = 0.95
 #: Configurations rated at most (the cheapest maps keep their form beyond that).
 MAX_COMBINATIONS = 4096
 #: A change must make the model's rate this much higher to be proposed.
@@ -227,12 +230,51 @@ def _target(chain: Chain, costs: Costs, forms: Sequence[Form], cpus: float, cons
     return min(v for key, v in bounds.items() if not key.startswith("workers of "))
 
 
+def closed_loop_rate(workers: int, wait: float, cpu: float, cpus: float) -> float:
+    """Results per second of ``workers`` workers that each wait ``wait`` seconds (I/O, a sleep)
+    and then need ``cpu`` seconds on one of ``cpus`` CPUs, in turn: the machine-repair queue
+    (exponential times: the workers' waits do not line up, so some CPUs idle while others have
+    a queue). It approaches ``cpus / cpu`` only with more workers than the shares add up to.
+
+    Example::
+
+        closed_loop_rate(6, 0.006, 0.003, 2)      # 563/s: 6 workers of share 1/3 on 2 CPUs
+        closed_loop_rate(12, 0.006, 0.003, 2)     # 666/s, of the 667/s the CPUs allow
+    """
+    if cpu <= 0:
+        return math.inf if wait <= 0 else workers / wait
+    if wait <= cpu * 1e-6:
+        return min(workers, cpus) / cpu
+    weight, total, served = 1.0, 1.0, 0.0    # of the states "j workers at the CPUs", relative
+    for j in range(1, workers + 1):
+        weight *= (workers - j + 1) / wait * cpu / min(j, cpus)
+        total += weight
+        served += weight * min(j, cpus)
+        if total > 1e250:                        # rescale: the ratio is what counts
+            weight, total, served = weight * 1e-250, total * 1e-250, served * 1e-250
+    return served / total / cpu
+
+
+def _processes_for(rate: float, work: float, worker_cpu: float, cpus: float) -> int:
+    """The fewest worker processes that deliver ``rate`` results/s with :data:`HEADROOM`
+    (:data:`QUEUE_GOAL` of the most they can when the CPUs cannot do that) by
+    :func:`closed_loop_rate` on ``cpus`` CPUs; at most :data:`MAX_PROCESSES` and 8 per CPU."""
+    most = min(MAX_PROCESSES, int(8 * max(1.0, cpus)))
+    goal = min(rate * HEADROOM, QUEUE_GOAL * closed_loop_rate(most, work - worker_cpu, worker_cpu, cpus))
+    for workers in range(1, most + 1):
+        if closed_loop_rate(workers, work - worker_cpu, worker_cpu, cpus) >= goal:
+            return workers
+    return most
+
+
 def size_workers(chain: Chain, costs: Costs, forms: List[Form], cpus: float, consumer_rate: Optional[float]) -> None:
     """Fill in the worker counts of the parallel units of ``forms``: enough to reach the rate the
-    rest of the chain, the CPUs and the trainer allow (with a margin); processes no more than the
-    CPUs keep busy at their CPU share (moving the datapoints included), threads at most
-    :data:`MAX_THREADS`."""
+    rest of the chain, the CPUs and the trainer allow (with a margin); processes as many as
+    reach that rate on the CPUs the rest of the chain leaves them (:func:`closed_loop_rate`:
+    processes that wait outnumber the CPUs their shares fill, since their waits do not line up),
+    threads at most :data:`MAX_THREADS`."""
     target = _target(chain, costs, forms, cpus, consumer_rate)
+    cpu_total = estimate(chain, costs, forms, cpus, consumer_rate).cpu_per_datapoint
     for k, form in enumerate(forms):
         if chain.units[k].kind != WORK or form.kind == SERIAL:
             continue
@@ -240,9 +282,13 @@ def size_workers(chain: Chain, costs: Costs, forms: List[Form], cpus: float, con
         wanted = math.ceil(min(target, 1e9) * work * HEADROOM - 0.15)
         if form.kind == THREADS:
             form.workers = max(1, min(MAX_THREADS, wanted))
+        elif work > 0:
+            # the CPUs left to this stage when the chain runs at the target
+            mine = max(cpus - min(target, 1e9) * max(0.0, cpu_total - worker_cpu), 0.5 * cpus * worker_cpu / max(
+                cpu_total, 1e-12))
+            form.workers = _processes_for(min(target, 1e9), work, worker_cpu, mine)
         else:
-            most = resources.workers_within(cpus, worker_cpu / work if work > 0 else None)
-            form.workers = max(1, min(MAX_PROCESSES, wanted, most))
+            form.workers = 1
 
 
 def user_forms(chain: Chain) -> List[Form]:
