@@ -170,6 +170,18 @@ def test_without_a_reading_or_under_an_explicit_budget_the_shares_alone_hold_it(
     assert inner.counts() == ([1, 2] if how == "cpu_budget" else [1]), inner.worker_count_history()
 
 
+def test_a_growth_onto_idle_cpus_that_delivers_nothing_is_undone(system_budget_of_two):
+    """Idle CPUs do not make a useless worker stay: the inner stage's results come out at most at
+    one worker's rate (a ceiling: a source it waits on, say), so its second process delivers no
+    more and is undone, however idle the CPUs."""
+    outer, inner = nested(system_budget_of_two)
+    inner.ceiling = 500
+    run_together([outer, inner], 6.0)
+    history = inner.worker_count_history()
+    assert [c.workers for c in history][:3] == [1, 2, 1], history
+    assert "CPUs idle" in history[1].reason and history[2].reason.startswith("undo: 2 workers delivered 500/s")
+
+
 def test_a_stage_grown_on_idle_cpus_shrinks_when_its_work_turns_cpu_bound(system_budget_of_two):
     clock = system_budget_of_two
     outer, inner = nested(clock, inner_share=0.5)

@@ -64,6 +64,8 @@ SHRINK_WAIT = 0.02
 SHRINK_IDLE = 1.2
 #: A growth must deliver at least this share of its ideal speed-up, or it is undone.
 MIN_GAIN = 0.25
+#: ... for worker processes grown past their CPU shares onto idle CPUs, this share.
+MIN_GAIN_ON_IDLE = 0.1
 #: Intervals a count that was undone stays out of reach (then it is tried again).
 BLOCKED_INTERVALS = 20
 #: A change is not judged (undone) when the CPU time per result changed by this factor across it:
@@ -350,6 +352,8 @@ class Controller:
         self._share: Optional[float] = None         # the workers' CPU share, smoothed over intervals
         self._idle = IdleCpus()
         self._idle_grown_share: Optional[float] = None   # the share when it last grew on idle CPUs
+        self._growing_on_idle = False            # the change being made grows past the shares
+        self._last_change_on_idle = False        # ... and the last change did
         self._base = self._sample()
         self._share_base = self._base             # the sample the CPU share is measured from
         self.due = self._base[0] + settings.interval
@@ -485,8 +489,11 @@ class Controller:
         cpu_now = _cpu_per_result(m)
         if cpu_before and cpu_now and not 1 / WORK_CHANGED < cpu_now / cpu_before < WORK_CHANGED:
             return None                  # the work itself changed: the rates before and after do not compare
+        # processes grown onto idle CPUs near saturation gain a little each (their waits line up
+        # less and less): a lower bar; threads keep the higher one (the GIL holds them anyway)
+        gain = MIN_GAIN_ON_IDLE if self._last_change_on_idle and self.kind == "processes" else MIN_GAIN
         if after > before and m.wait_share >= GROW_WAIT and \
-                m.delivered_per_s < rate_before * (1 + MIN_GAIN * (after - before) / before):
+                m.delivered_per_s < rate_before * (1 + gain * (after - before) / before):
             self._ceiling = (after, self.decisions + BLOCKED_INTERVALS)
             return before, "undo: {} workers delivered {}/s, {} delivered {}/s".format(
                 after, _rate(m.delivered_per_s), before, _rate(rate_before))
@@ -498,6 +505,7 @@ class Controller:
     def _within_budget(self, m: Measurement, target: int, reason: str) -> Tuple[int, str]:
         """``target`` lowered to the range, the blocked counts and the CPU and memory budgets."""
         n, settings = m.workers, self.settings
+        self._growing_on_idle = False
         if self._ceiling is not None and self.decisions < self._ceiling[1] and target >= self._ceiling[0] > n:
             target = self._ceiling[0] - 1
         if self._floor is not None and self.decisions < self._floor[1] and target < self._floor[0] <= n:
@@ -532,6 +540,7 @@ class Controller:
                 fits = max(1, int(math.floor(m.idle_cpus / per_worker + 0.5)))
                 allowed = max(allowed, min(target, n + fits))
                 self._idle_grown_share = self._share or 1.0
+                self._growing_on_idle = True
                 reason = "{} ({:.1f} CPUs idle)".format(reason, m.idle_cpus)
             if target > max(allowed, settings.min_workers):
                 target = max(allowed, settings.min_workers, min(n, target))
@@ -574,6 +583,7 @@ class Controller:
             if m is not None and not reason.startswith(("undo", "shrink: memory", "shrink: CPU budget")):
                 # (a shrink to the budget is not undone)
                 self._last_change = (before, after, m.delivered_per_s, _cpu_per_result(m))
+                self._last_change_on_idle = self._growing_on_idle
             self.claimed_cpus = self._charge(after)
 
     def close(self) -> None:
