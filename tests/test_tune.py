@@ -11,6 +11,7 @@ and the exact choice where the measurement was clean (a busy loop measured at 95
 Rates are not asserted (the machine is shared)."""
 import functools
 import json
+import math
 import itertools
 import random
 import threading
@@ -26,6 +27,7 @@ from inputpipe.dataflow import (
     MultiProcessMapAndBatchData, MultiProcessMapData, MultiProcessRunnerZMQ, MultiThreadMapData, ProxyDataFlow,
     SelectComponent, TuneResult, tune,
 )
+from inputpipe.dataflow._tuning import model
 from inputpipe.dataflow._tuning.model import GAIN_NEEDED, MAX_THREADS
 from inputpipe.dataflow.seeding import datapoint_rng
 from inputpipe.utils import resources
@@ -90,8 +92,8 @@ def assert_valid_map_choice(choice, cpu_budget, result=None):
     """What tune() promises for a map whatever the load: the kind (serial, threads, processes)
     the model rates fastest, or within 5% of it (a near tie goes to fewer changes, processes and
     workers), unless trial runs overruled it (``result``'s notes say so); at least one worker;
-    processes no more than the CPUs keep busy at their measured CPU share, threads at most
-    ``MAX_THREADS``."""
+    processes no more than the queue model needs to keep the CPUs busy at their measured CPU
+    share, threads at most ``MAX_THREADS``."""
     assert choice.work_ms > 0 and choice.cpu_share >= 0, choice
     kind = choice.unit.replace("auto ", "") or "serial"
     assert kind in choice.rates, choice
@@ -100,7 +102,9 @@ def assert_valid_map_choice(choice, cpu_budget, result=None):
     auto = choice.unit.startswith("auto")
     if kind == "processes":
         assert choice.after in ("MultiProcessMapData", "MultiProcessMapAndBatchData"), choice
-        assert auto or 1 <= choice.workers <= resources.workers_within(cpu_budget, choice.cpu_share), choice
+        # (the queue model's count for the measured share: one per CPU for work that never waits)
+        most = model._processes_for(math.inf, 1.0, max(choice.cpu_share, 1e-3), cpu_budget)
+        assert auto or 1 <= choice.workers <= most, (most, choice)
     elif kind == "threads":
         assert choice.after == "MultiThreadMapData", choice
         assert auto or 1 <= choice.workers <= MAX_THREADS, choice

@@ -27,8 +27,10 @@ consumer is keeping its datapoints, e.g. to batch them).
 
 When the segment is full, the worker waits while some of it is still *sent*: the consumer is
 about to take those datapoints (this is ordinary back-pressure). When all of it is *received*,
-the consumer keeps everything it got (e.g. ``list(df)``), and waiting might never end: frames
-then go through the pipe, slower but never stuck, and :attr:`ParentEnd.pipe_fallbacks` counts
+the worker waits up to 0.2 s for a region to be freed (the parent may have read datapoints that
+are still queued on their way to the consumer); if none is, the consumer keeps everything it got
+(e.g. ``list(df)``), and waiting might never end: frames then go through the pipe, slower but
+never stuck, at once until a region is freed again, and :attr:`ParentEnd.pipe_fallbacks` counts
 them.
 
 The segment is a file in ``/dev/shm`` that never has a name: the parent creates it with
@@ -82,6 +84,8 @@ logger = get_logger(__name__)
 #: Default size of each worker's shared-memory segment (bytes).
 DEFAULT_SHM_BYTES = 96 << 20
 _SHM_POLL_SECONDS = (0.0002, 0.002)   # a full segment is re-checked this often (backing off)
+#: A segment full of datapoints the parent received is waited on this long for one to be freed.
+_HELD_WAIT_SECONDS = 0.2
 #: Internal channels carry trusted data of any size; the limit only guards against corruption.
 _INTERNAL_MAX_BYTES = 1 << 40
 
@@ -272,6 +276,7 @@ class WorkerEnd:
         fork_guard.keep_out_of_forks(self._conn.fileno(), self._commands.fileno(),
                                      *([] if self._fd is None else [self._fd]))
         self._committed = 0           # bytes at the start of the data area backed by memory
+        self._held_gave_up = False    # a wait for a received region to be freed ended without one
         if self._fd is not None:
             self._mm = mmap.mmap(self._fd, _table_bytes(self._capacity) + self._capacity, flags=mmap.MAP_SHARED)
             self._regions = _Regions(_table(self._mm, self._capacity), self._capacity)
@@ -293,19 +298,33 @@ class WorkerEnd:
 
         When the segment is full, wait (polling, backing off) as long as part of it is still on
         its way to the parent; the consumer then takes it and frees what it no longer holds.
-        When the consumer has received everything and holds it, return None at once."""
+        When the parent has received everything, wait up to :data:`_HELD_WAIT_SECONDS` for a
+        region to be freed (what the parent received may still be queued on its way to the
+        consumer); after such a wait that ended without one, return None at once until a region
+        is free again (the consumer keeps what it got)."""
         regions = self._regions
         assert regions is not None          # only called on the shared-memory path
         regions.wait_for_warm_region(size)
         slot = regions.allocate(size)
         pause = _SHM_POLL_SECONDS[0]
         while slot is None and size <= regions.capacity and regions.awaiting_receipt():
-            if self._reader is not None and not self._reader.is_alive():
-                raise ChannelClosed()
-            time.sleep(pause)
+            slot = self._poll(regions, size, pause)
             pause = min(2 * pause, _SHM_POLL_SECONDS[1])
-            slot = regions.allocate(size)
+        if slot is None and size <= regions.capacity and not self._held_gave_up:
+            deadline = time.monotonic() + _HELD_WAIT_SECONDS
+            while slot is None and time.monotonic() < deadline:
+                slot = self._poll(regions, size, pause)
+                pause = min(2 * pause, _SHM_POLL_SECONDS[1])
+            self._held_gave_up = slot is None
+        elif slot is not None:
+            self._held_gave_up = False
         return slot
+
+    def _poll(self, regions: "_Regions", size: int, pause: float) -> Optional[Tuple[int, int]]:
+        if self._reader is not None and not self._reader.is_alive():
+            raise ChannelClosed()
+        time.sleep(pause)
+        return regions.allocate(size)
 
     def _commit(self, end: int) -> bool:
         """Back the data area up to ``end`` with memory (reserved and pre-faulted), growing by a
