@@ -45,6 +45,10 @@ logger = get_logger(__name__)
 #: a shared machine, which slows both).
 TRIAL_SHORTFALL = 0.8
 TRIAL_MARGIN = 1.2
+#: A parallel trial below the serial chain's measured rate is checked in this many pairs of runs
+#: (serial, then parallel), and the serial chain kept when this much faster in every pair.
+SERIAL_PAIRS = 2
+SERIAL_MARGIN = 1.1
 #: The share of the all-serial run's measuring window after which the GIL probe is at work (the
 #: maps' times are taken before).
 GIL_PROBE_AFTER = 0.6
@@ -499,7 +503,9 @@ def _trials(chain: Chain, costs: model.Costs, choice: model.Choice, cpus: int, c
     """Run the chosen configuration once: its rate is what to expect. When that falls short of the
     model (by more than :data:`TRIAL_SHORTFALL`) and the model rates the other kinds of maps
     (threads for processes, or the other way round) above what the trial gave and above the
-    serial chain, run those too and keep them when their trial is :data:`TRIAL_MARGIN` faster. Returns ``(the trial's report, the choice kept, notes)``."""
+    serial chain, run those too and keep them when their trial is :data:`TRIAL_MARGIN` faster.
+    When the best trial still falls below the measured serial chain, :func:`_against_serial`
+    decides between them. Returns ``(the trial's report, the choice kept, notes)``."""
     trial = _trial(chain, choice.forms, seconds, warmup, stall_timeout)
     if trial.stalled:
         return trial, choice, ["The trial run of this configuration stalled: {}".format(trial.suggestion)]
@@ -509,18 +515,57 @@ def _trials(chain: Chain, costs: model.Costs, choice: model.Choice, cpus: int, c
     runner = choice.runner_up()
     serial = model.estimate(chain, costs, [Form() for _ in chain.units], cpus, consumer_rate).rate
     if runner is None or runner[0] <= max(rate, serial) * model.GAIN_NEEDED:    # (not worth a trial)
-        return trial, choice, ["The trial ran well below the model ({:.1f}/s against {:.1f}/s): the machine may be "
-                               "busy, or the work costs more in parallel than measured in one thread. Its profile: "
-                               "result.trial.".format(rate, model_rate)]
+        best = (trial, choice, ["The trial ran well below the model ({:.1f}/s against {:.1f}/s): the machine may be "
+                                "busy, or the work costs more in parallel than measured in one thread. Its profile: "
+                                "result.trial.".format(rate, model_rate)])
+        return _against_serial(chain, costs, cpus, consumer_rate, best, seconds, warmup, stall_timeout)
     other = _trial(chain, runner[1], seconds, warmup, stall_timeout)
     kinds = ", ".join("{} {}".format(costs.names[k], f.kind) for k, f in enumerate(runner[1]) if f.kind != SERIAL)
     if not other.stalled and other.datapoints_per_sec > rate * TRIAL_MARGIN:
         kept = model.Choice(runner[1], model.estimate(chain, costs, runner[1], cpus, consumer_rate), choice.rated)
-        return other, kept, ["The first choice ran at {:.1f}/s in its trial, below the model's {:.1f}/s; a trial with "
-                             "{} gave {:.1f}/s: proposed instead.".format(rate, model_rate, kinds,
-                                                                         other.datapoints_per_sec)]
-    return trial, choice, ["The trial ran below the model ({:.1f}/s against {:.1f}/s); a trial with {} gave {:.1f}/s, "
-                           "no faster.".format(rate, model_rate, kinds, other.datapoints_per_sec)]
+        best = (other, kept, ["The first choice ran at {:.1f}/s in its trial, below the model's {:.1f}/s; a trial with "
+                              "{} gave {:.1f}/s: proposed instead.".format(rate, model_rate, kinds,
+                                                                          other.datapoints_per_sec)])
+    else:
+        best = (trial, choice, ["The trial ran below the model ({:.1f}/s against {:.1f}/s); a trial with {} gave "
+                                "{:.1f}/s, no faster.".format(rate, model_rate, kinds, other.datapoints_per_sec)])
+    return _against_serial(chain, costs, cpus, consumer_rate, best, seconds, warmup, stall_timeout)
+
+
+def _against_serial(chain: Chain, costs: model.Costs, cpus: int, consumer_rate: Optional[float], best: tuple,
+                    seconds: float, warmup: float, stall_timeout: float) -> tuple:
+    """The parallel configuration of ``best`` (its trial, choice and notes) or the serial chain,
+    when the parallel trial fell below the serial chain's measured rate: the work costs more in
+    parallel than the model knows (large fresh arrays whose page faults take turns on the
+    process's memory map, GIL hand-overs). One trial says little on a shared machine, whose load
+    changes from one run to the next, so the two take turns in :data:`SERIAL_PAIRS` pairs (the
+    parallel configuration, then the serial chain: runs of ``seconds / 2``; the first pair's
+    parallel run is the trial made): the serial chain is kept only when it is
+    :data:`SERIAL_MARGIN` faster in every pair. A stage made "auto" stays so (its controller sizes it at run time)."""
+    trial, choice, notes = best
+    if trial.datapoints_per_sec >= costs.rate or any(
+            u.auto is not None and f.kind != SERIAL for u, f in zip(chain.units, choice.forms)):
+        return best
+    serial_forms = [Form() for _ in chain.units]
+    pairs, parallel = [], trial
+    for turn in range(SERIAL_PAIRS):
+        if turn:
+            parallel = _trial(chain, choice.forms, seconds / 2, warmup, stall_timeout)
+        alone = _trial(chain, serial_forms, seconds / 2, warmup, stall_timeout)
+        if parallel.stalled or alone.stalled:
+            return best
+        pairs.append((alone.datapoints_per_sec, parallel.datapoints_per_sec))
+        if alone.datapoints_per_sec <= parallel.datapoints_per_sec * SERIAL_MARGIN:
+            return best[0], best[1], notes + ["The trial ran below the serial chain's measured {:.1f}/s; "
+                                              "in turns with it: {}. Kept.".format(costs.rate, _pairs_text(pairs))]
+    kept = model.Choice(serial_forms, model.estimate(chain, costs, serial_forms, cpus, consumer_rate), choice.rated)
+    return alone, kept, notes + ["The parallel configuration ran below the serial chain's measured {:.1f}/s; in turns "
+                                 "with it: {}: every map is kept in the consumer's thread.".format(
+                                     costs.rate, _pairs_text(pairs))]
+
+
+def _pairs_text(pairs: Sequence[tuple]) -> str:
+    return ", ".join("serial {:.1f}/s, parallel {:.1f}/s".format(alone, parallel) for alone, parallel in pairs)
 
 
 def _trial(chain: Chain, forms: Sequence[Form], seconds: float, warmup: float, stall_timeout: float) -> ProfileReport:

@@ -7,7 +7,8 @@ Both forms of a parallel map are modelled and rated, and the faster is chosen:
 
 - **threads** share the process' GIL: the part of the map's work that holds it (measured by
   :mod:`.gil`) runs one call at a time, with the consumer's own Python work, so it counts
-  in the consumer thread's bound; the rest (waits, code that releases the GIL) runs side by side;
+  in the consumer thread's bound; the rest (waits, code that releases the GIL) runs side by side,
+  and each wait ends with taking the GIL back (:func:`regain_seconds`);
 - **processes** are as many as reach the rate on the CPUs the rest of the chain leaves them, by
   a queue model of workers that wait and compute in turn (:func:`closed_loop_rate`: processes
   that wait outnumber the CPUs their shares fill), and pay for moving each datapoint and
@@ -21,6 +22,7 @@ Example::
 """
 import itertools
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -164,6 +166,17 @@ def _moving(cost: UnitCost, messages: float) -> Tuple[float, float]:
             messages * move.fixed_worker + cost.calls * (move.worker - move.fixed_worker))
 
 
+def regain_seconds(cost: UnitCost) -> float:
+    """A thread's time per output datapoint to take the GIL back after its map's waits: while the
+    consumer or another thread runs Python, a thread whose wait (I/O, a sleep, a call that
+    releases the GIL) ended waits up to the interpreter's switch interval for it (5 ms unless
+    changed: ``sys.getswitchinterval()``). Charged once per call, in the share of the call
+    that waits (the serial measurement saw none of it: nothing else held the GIL)."""
+    if cost.work <= 0:
+        return 0.0
+    return cost.calls * sys.getswitchinterval() * max(0.0, cost.work - cost.cpu) / cost.work
+
+
 def worker_side(chain: Chain, costs: Costs, forms: Sequence[Form], k: int) -> Tuple[float, float, float]:
     """``(work, worker CPU, consumer)`` per output datapoint of a parallel unit ``k``: its workers'
     time and CPU, and the consumer thread's time for it (threads: the messages and the part of the
@@ -171,7 +184,8 @@ def worker_side(chain: Chain, costs: Costs, forms: Sequence[Form], k: int) -> Tu
     cost, form = costs.units[k], forms[k]
     work, cpu = cost.work, cost.cpu
     if form.kind == THREADS:
-        return work, cpu, cost.calls * THREAD_MESSAGE_SECONDS + cost.gil    # the GIL-held part runs one at a time
+        # the GIL-held part runs one at a time; each call's wait ends by taking the GIL back
+        return work + regain_seconds(cost), cpu, cost.calls * THREAD_MESSAGE_SECONDS + cost.gil
     messages = cost.calls
     if form.merge_batch:
         batch = costs.units[k + 1]
