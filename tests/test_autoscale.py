@@ -178,6 +178,31 @@ def test_model_a_growth_that_does_not_deliver_more_is_undone_and_tried_again_lat
     assert [c.workers for c in stage.worker_count_history()][3:5] == [2, 1]     # ... then it is tried again
 
 
+def test_model_a_growth_that_delivers_a_little_more_is_measured_over_three_intervals_before_it_is_undone(clock):
+    # 2 workers deliver 105/s against 100/s: more, but short of a quarter of the ideal doubling
+    stage = ModelStage(Autoscale(interval=0.5, start=1, cpu_budget=4), per_worker=100, consumer=1000,
+                       ceiling=105, clock=clock)
+    stage.run_for(3.0)
+    history = stage.worker_count_history()
+    assert [c.workers for c in history] == [1, 2, 1]
+    assert history[2].reason == "undo: 2 workers delivered 105/s over 3 intervals, 1 delivered 100/s"
+    # grown, one interval to settle, three measured: the undo comes 4 intervals after the growth
+    assert stage.changed_at[1] - stage.changed_at[0] == pytest.approx(2.0, abs=0.25)     # (0.05 s steps)
+
+
+def test_model_a_growth_short_in_its_first_interval_is_kept_when_the_intervals_together_deliver(clock):
+    stage = ModelStage(Autoscale(interval=0.5, start=1, cpu_budget=4), per_worker=100, consumer=1000,
+                       ceiling=110, clock=clock)
+    stage.run_for(1.5)                  # grown to 2, settled, one interval at 110/s: measured on
+    assert [c.workers for c in stage.worker_count_history()] == [1, 2]
+    stage.ceiling = float("inf")        # (the first interval's 110/s was noise: 2 workers give 200/s)
+    stage.run_for(0.5)
+    stage.run_for(4.0)
+    history = stage.worker_count_history()
+    assert [c.workers for c in history][:3] == [1, 2, 4], history         # (155/s over the two: kept)
+    assert not any(c.reason.startswith("undo") for c in history), history
+
+
 def test_model_a_stage_under_a_slow_consumer_shrinks_one_at_a_time_with_settling(clock):
     stage = ModelStage(Autoscale(interval=0.5, start=6, cpu_budget=8), per_worker=100, consumer=150, clock=clock)
     stage.run_for(10.0)

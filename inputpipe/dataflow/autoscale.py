@@ -66,6 +66,9 @@ SHRINK_IDLE = 1.2
 MIN_GAIN = 0.25
 #: ... for worker processes grown past their CPU shares onto idle CPUs, this share.
 MIN_GAIN_ON_IDLE = 0.1
+#: A growth whose results came faster, but short of that share, is measured over up to this many
+#: intervals before it is undone (their results and seconds added up).
+JUDGE_LOOKS = 3
 #: Intervals a count that was undone stays out of reach (then it is tried again).
 BLOCKED_INTERVALS = 20
 #: A change is not judged (undone) when the CPU time per result changed by this factor across it:
@@ -345,6 +348,7 @@ class Controller:
         self._settling = 0
         # (from, to, rate before, the CPU seconds per result before)
         self._last_change: Optional[Tuple[int, int, float, Optional[float]]] = None
+        self._looked: Optional[Tuple[float, float, int]] = None   # (results, seconds, intervals) since it, while judged
         self._ceiling: Optional[Tuple[int, int]] = None   # (count, until decision) not to reach
         self._floor: Optional[Tuple[int, int]] = None
         self._task_seconds: Optional[float] = None
@@ -480,9 +484,12 @@ class Controller:
         return n, ""
 
     def _undo_if_unhelpful(self, m: Measurement) -> Optional[Tuple[int, str]]:
-        """The first measurement after a change: undo a growth that did not deliver faster while
-        the consumer still waited, or a shrink after which the consumer waits."""
+        """The measurements after a change: undo a growth that did not deliver faster while the
+        consumer still waited, or a shrink after which the consumer waits. A growth that
+        delivered more, but less than it should, is measured over up to :data:`JUDGE_LOOKS`
+        intervals before it is judged (a few percent is within one interval's noise)."""
         change, self._last_change = self._last_change, None
+        looked, self._looked = self._looked, None
         if change is None:
             return None
         before, after, rate_before, cpu_before = change
@@ -492,11 +499,19 @@ class Controller:
         # processes grown onto idle CPUs near saturation gain a little each (their waits line up
         # less and less): a lower bar; threads keep the higher one (the GIL holds them anyway)
         gain = MIN_GAIN_ON_IDLE if self._last_change_on_idle and self.kind == "processes" else MIN_GAIN
-        if after > before and m.wait_share >= GROW_WAIT and \
-                m.delivered_per_s < rate_before * (1 + gain * (after - before) / before):
+        if after > before and m.wait_share >= GROW_WAIT:
+            items, seconds, looks = looked or (0.0, 0.0, 0)
+            items, seconds, looks = items + m.delivered_per_s * m.seconds, seconds + m.seconds, looks + 1
+            rate = items / seconds
+            if rate >= rate_before * (1 + gain * (after - before) / before):
+                return None
+            if rate > rate_before and looks < JUDGE_LOOKS:
+                self._last_change, self._looked = change, (items, seconds, looks)
+                return m.workers, ""             # more, but not enough yet: measure on before judging
             self._ceiling = (after, self.decisions + BLOCKED_INTERVALS)
-            return before, "undo: {} workers delivered {}/s, {} delivered {}/s".format(
-                after, _rate(m.delivered_per_s), before, _rate(rate_before))
+            return before, "undo: {} workers delivered {}/s{}, {} delivered {}/s".format(
+                after, _rate(rate), "" if looks == 1 else " over {} intervals".format(looks), before,
+                _rate(rate_before))
         if after < before and m.wait_share >= GROW_WAIT:
             self._floor = (before, self.decisions + BLOCKED_INTERVALS)
             return before, "undo: the consumer waited {:.0%} with {} workers".format(m.wait_share, after)
@@ -580,6 +595,7 @@ class Controller:
         self.resize_seconds += time.thread_time() - started
         if after != before:
             self._settling = self.settings.settle_intervals
+            self._last_change, self._looked = None, None
             if m is not None and not reason.startswith(("undo", "shrink: memory", "shrink: CPU budget")):
                 # (a shrink to the budget is not undone)
                 self._last_change = (before, after, m.delivered_per_s, _cpu_per_result(m))
