@@ -203,6 +203,21 @@ def test_model_a_growth_short_in_its_first_interval_is_kept_when_the_intervals_t
     assert not any(c.reason.startswith("undo") for c in history), history
 
 
+@pytest.mark.parametrize("cpu_share,grows", [(0.01, True), (0.5, False)], ids=["threads that wait", "cpu-bound"])
+def test_model_threads_that_wait_grow_when_the_consumer_waits_5_percent(clock, cpu_share, grows):
+    # 10 threads give 930/s to a consumer that takes 1000/s: it waits 7% of the time
+    stage = ModelStage(Autoscale(interval=0.5, start=10, cpu_budget=8), per_worker=93, consumer=1000, clock=clock,
+                       cpu_share=cpu_share)
+    stage.run_for(4.0)
+    history = stage.worker_count_history()
+    if grows:     # one more thread costs no CPU: 11 x 93/s feed the consumer's 1000/s
+        assert [c.workers for c in history] == [10, 11], history
+        assert history[1].reason.startswith("grow: the consumer waited 7% of ") and history[1].reason.endswith(
+            "s, 10 workers busy 100%, 930 results/s")
+    else:         # CPU-bound threads grow once it waits 10%
+        assert [c.workers for c in history] == [10], history
+
+
 def test_model_a_stage_under_a_slow_consumer_shrinks_one_at_a_time_with_settling(clock):
     stage = ModelStage(Autoscale(interval=0.5, start=6, cpu_budget=8), per_worker=100, consumer=150, clock=clock)
     stage.run_for(10.0)

@@ -56,6 +56,9 @@ logger = get_logger(__name__)
 AUTO = "auto"
 #: The consumer waited at least this share of an interval ...
 GROW_WAIT = 0.10
+#: ... this share, for threads whose CPU share is under CHEAP_THREAD_SHARE (they wait: I/O).
+GROW_WAIT_CHEAP = 0.05
+CHEAP_THREAD_SHARE = 0.25
 #: ... while the workers were busy at least this share: more workers would feed it faster.
 GROW_BUSY = 0.85
 #: The consumer waited less than this share, and ...
@@ -469,7 +472,7 @@ class Controller:
         undone = self._undo_if_unhelpful(m)
         if undone is not None:
             return undone
-        if m.wait_share >= GROW_WAIT and m.busy_share >= GROW_BUSY:
+        if m.wait_share >= self._grow_wait() and m.busy_share >= GROW_BUSY:
             step = 1
             if m.demand_per_s and m.delivered_per_s > 0:
                 needed = int(math.ceil(n * m.demand_per_s / m.delivered_per_s))
@@ -482,6 +485,13 @@ class Controller:
         if m.wait_share < SHRINK_WAIT and idle >= SHRINK_IDLE and n > 1:
             return n - 1, "shrink: {} ({:.1f} workers idle)".format(shares, idle)
         return n, ""
+
+    def _grow_wait(self) -> float:
+        """The consumer's wait that makes the stage grow: :data:`GROW_WAIT`, or
+        :data:`GROW_WAIT_CHEAP` for threads measured to wait most of their time (one more costs
+        a little memory and no CPU)."""
+        cheap = self.kind == "threads" and self._share is not None and self._share < CHEAP_THREAD_SHARE
+        return GROW_WAIT_CHEAP if cheap else GROW_WAIT
 
     def _undo_if_unhelpful(self, m: Measurement) -> Optional[Tuple[int, str]]:
         """The measurements after a change: undo a growth that did not deliver faster while the
@@ -499,7 +509,7 @@ class Controller:
         # processes grown onto idle CPUs near saturation gain a little each (their waits line up
         # less and less): a lower bar; threads keep the higher one (the GIL holds them anyway)
         gain = MIN_GAIN_ON_IDLE if self._last_change_on_idle and self.kind == "processes" else MIN_GAIN
-        if after > before and m.wait_share >= GROW_WAIT:
+        if after > before and m.wait_share >= self._grow_wait():
             items, seconds, looks = looked or (0.0, 0.0, 0)
             items, seconds, looks = items + m.delivered_per_s * m.seconds, seconds + m.seconds, looks + 1
             rate = items / seconds
