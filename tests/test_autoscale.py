@@ -163,10 +163,16 @@ def test_model_a_stage_grows_toward_the_consumers_rate_at_most_doubling(clock):
     assert stage.workers == 8                     # the consumer no longer waits, no worker is idle
 
 
+def one_worker_of_100_per_s(clock, ceiling):
+    """A model stage of 1 worker giving 100/s to a consumer that takes 1000/s, at most ``ceiling``/s
+    out whatever the count."""
+    return ModelStage(Autoscale(interval=0.5, start=1, cpu_budget=4), per_worker=100, consumer=1000,
+                      ceiling=ceiling, clock=clock)
+
+
 def test_model_a_growth_that_does_not_deliver_more_is_undone_and_tried_again_later(clock):
     # the workers are all busy and the consumer waits, but 100/s come out whatever their number
-    stage = ModelStage(Autoscale(interval=0.5, start=1, cpu_budget=4), per_worker=100, consumer=1000,
-                       ceiling=100, clock=clock)
+    stage = one_worker_of_100_per_s(clock, ceiling=100)
     stage.run_for(3.0)
     history = stage.worker_count_history()
     assert [c.workers for c in history] == [1, 2, 1]
@@ -180,19 +186,17 @@ def test_model_a_growth_that_does_not_deliver_more_is_undone_and_tried_again_lat
 
 def test_model_a_growth_that_delivers_a_little_more_is_measured_over_three_intervals_before_it_is_undone(clock):
     # 2 workers deliver 105/s against 100/s: more, but short of a quarter of the ideal doubling
-    stage = ModelStage(Autoscale(interval=0.5, start=1, cpu_budget=4), per_worker=100, consumer=1000,
-                       ceiling=105, clock=clock)
+    stage = one_worker_of_100_per_s(clock, ceiling=105)
     stage.run_for(3.0)
-    history = stage.worker_count_history()
-    assert [c.workers for c in history] == [1, 2, 1]
-    assert history[2].reason == "undo: 2 workers delivered 105/s over 3 intervals, 1 delivered 100/s"
+    assert [c.workers for c in stage.worker_count_history()] == [1, 2, 1]
+    assert stage.worker_count_history()[2].reason == \
+        "undo: 2 workers delivered 105/s over 3 intervals, 1 delivered 100/s"
     # grown, one interval to settle, three measured: the undo comes 4 intervals after the growth
     assert stage.changed_at[1] - stage.changed_at[0] == pytest.approx(2.0, abs=0.25)     # (0.05 s steps)
 
 
 def test_model_a_growth_short_in_its_first_interval_is_kept_when_the_intervals_together_deliver(clock):
-    stage = ModelStage(Autoscale(interval=0.5, start=1, cpu_budget=4), per_worker=100, consumer=1000,
-                       ceiling=110, clock=clock)
+    stage = one_worker_of_100_per_s(clock, ceiling=110)
     stage.run_for(1.5)                  # grown to 2, settled, one interval at 110/s: measured on
     assert [c.workers for c in stage.worker_count_history()] == [1, 2]
     stage.ceiling = float("inf")        # (the first interval's 110/s was noise: 2 workers give 200/s)
