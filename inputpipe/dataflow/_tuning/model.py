@@ -120,10 +120,17 @@ def measure(report: object, chain: Chain, borrowed: Borrowed, timed: Sequence[Op
     base_path = "df" + ".ds" * len(chain.units)
     # The measuring thread's times without its waits for a CPU (other programs' load), as the maps' work
     running = 1.0 - borrowed.clock.runqueue_share
-    source = sum(s.own_seconds for p, s in stages.items() if p == base_path or p.startswith(base_path + ".")) / out
-    wall, cpu, _ = borrowed.clock.per_call()
-    source_cpu = source * (min(1.0, cpu / wall) if wall > 0 else 1.0)
-    source = max(source_cpu, source * running)
+    if borrowed.clock.counted:
+        # the base's next() as timed around it, as the maps' calls are: its time in the profile also
+        # holds the timing's own bookkeeping (reading every thread's schedstat now and then, a
+        # file read that lets other threads take the GIL), hundreds of us a datapoint under load
+        _, cpu, work = borrowed.clock.per_call()
+        calls = stages[base_path].datapoints / out
+        source, source_cpu = work * calls, cpu * calls
+    else:
+        source = sum(s.own_seconds for p, s in stages.items() if p == base_path or p.startswith(base_path + ".")) / out
+        source_cpu = source
+        source = max(source_cpu, source * running)
     costs = []
     for k in range(len(chain.units)):
         stage = stages[paths[k]]
