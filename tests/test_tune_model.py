@@ -265,6 +265,11 @@ def test_the_parallel_choice_stays_unless_the_serial_chain_is_faster_in_every_tu
 
 
 def test_no_turns_with_the_serial_chain_above_its_rate_or_for_a_stage_made_auto(monkeypatch):
+    chain, costs = a_chain(), costs_of(work=4, cpu=4, gil=4, move=SMALL)     # processes: twice the rate
+    choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
+    given = turns(monkeypatch, [200.0])                 # (below the serial chain's 249/s: a busy machine)
+    assert tuning._trials(chain, costs, choice, 2, None, 2.0, 0.1, 30.0)[1].forms[0].kind == PROCESSES
+    assert len(given) == 1
     chain, costs, choice = large_outputs()
     given = turns(monkeypatch, [3300.0])
     assert tuning._trials(chain, costs, choice, 2, None, 2.0, 0.1, 30.0)[1].forms[0].kind == THREADS

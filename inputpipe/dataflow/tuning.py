@@ -49,6 +49,8 @@ TRIAL_MARGIN = 1.2
 #: (serial, then parallel), and the serial chain kept when this much faster in every pair.
 SERIAL_PAIRS = 2
 SERIAL_MARGIN = 1.1
+#: ... when the model rates the parallel configuration below this many times the serial chain.
+SERIAL_CHECK_BELOW = 1.5
 #: The share of the all-serial run's measuring window after which the GIL probe is at work (the
 #: maps' times are taken before).
 GIL_PROBE_AFTER = 0.6
@@ -541,9 +543,13 @@ def _against_serial(chain: Chain, costs: model.Costs, cpus: int, consumer_rate: 
     changes from one run to the next, so the two take turns in :data:`SERIAL_PAIRS` pairs (the
     parallel configuration, then the serial chain: runs of ``seconds / 2``; the first pair's
     parallel run is the trial made): the serial chain is kept only when it is
-    :data:`SERIAL_MARGIN` faster in every pair. A stage made "auto" stays so (its controller sizes it at run time)."""
+    :data:`SERIAL_MARGIN` faster in every pair. Only where the model rates the parallel
+    configuration less than :data:`SERIAL_CHECK_BELOW` times the serial chain: a model that
+    expects twice the rate is not that wrong, and short trials under load are (the workers'
+    start is not amortized). A stage made "auto" stays so (its controller sizes it at run time)."""
     trial, choice, notes = best
-    if trial.datapoints_per_sec >= costs.rate or any(
+    serial_rate = model.estimate(chain, costs, [Form() for _ in chain.units], cpus, consumer_rate).rate
+    if trial.datapoints_per_sec >= costs.rate or choice.estimate.rate >= SERIAL_CHECK_BELOW * serial_rate or any(
             u.auto is not None and f.kind != SERIAL for u, f in zip(chain.units, choice.forms)):
         return best
     serial_forms = [Form() for _ in chain.units]
