@@ -548,11 +548,11 @@ def _against_serial(chain: Chain, costs: model.Costs, cpus: int, consumer_rate: 
     expects twice the rate is not that wrong, and short trials under load are (the workers'
     start is not amortized). A stage made "auto" stays so (its controller sizes it at run time)."""
     trial, choice, notes = best
-    serial_rate = model.estimate(chain, costs, [Form() for _ in chain.units], cpus, consumer_rate).rate
-    if trial.datapoints_per_sec >= costs.rate or choice.estimate.rate >= SERIAL_CHECK_BELOW * serial_rate or any(
+    serial_forms = [Form() for _ in chain.units]
+    serial = model.estimate(chain, costs, serial_forms, cpus, consumer_rate)
+    if trial.datapoints_per_sec >= costs.rate or choice.estimate.rate >= SERIAL_CHECK_BELOW * serial.rate or any(
             u.auto is not None and f.kind != SERIAL for u, f in zip(chain.units, choice.forms)):
         return best
-    serial_forms = [Form() for _ in chain.units]
     pairs, parallel = [], trial
     for turn in range(SERIAL_PAIRS):
         if turn:
@@ -564,7 +564,7 @@ def _against_serial(chain: Chain, costs: model.Costs, cpus: int, consumer_rate: 
         if alone.datapoints_per_sec <= parallel.datapoints_per_sec * SERIAL_MARGIN:
             return best[0], best[1], notes + ["The trial ran below the serial chain's measured {:.1f}/s; "
                                               "in turns with it: {}. Kept.".format(costs.rate, _pairs_text(pairs))]
-    kept = model.Choice(serial_forms, model.estimate(chain, costs, serial_forms, cpus, consumer_rate), choice.rated)
+    kept = model.Choice(serial_forms, serial, choice.rated)
     return alone, kept, notes + ["The parallel configuration ran below the serial chain's measured {:.1f}/s; in turns "
                                  "with it: {}: every map is kept in the consumer's thread.".format(
                                      costs.rate, _pairs_text(pairs))]
