@@ -15,7 +15,7 @@ from inputpipe.dataflow._tuning import model
 from inputpipe.dataflow._tuning import split
 from inputpipe.dataflow import tuning
 from inputpipe.dataflow._tuning.chain import PROCESSES, SERIAL, THREADS, TimedFunc, read_chain
-from inputpipe.dataflow._tuning.gil import HELD_AFTER, MARKER, GilProbe
+from inputpipe.dataflow._tuning.gil import HELD_AFTER, HOLDER_QUEUED, MARKER, GilProbe
 from inputpipe.dataflow._tuning.transport import Transport
 
 MS = 1e-3
@@ -292,7 +292,7 @@ def test_the_probe_counts_moments_in_a_held_stretch_for_the_function_running_at_
     probe._moment = 10.0
     # a loop held the GIL from 9.99 to 10.02, then a nap began: the probe got the GIL at 10.0205,
     # during the nap, 20.5 ms after its first moment
-    probe.count(10.0205, 0.0, (nap, 10.02), [(9.99, 10.02, loop)])
+    probe.count(10.0205, 0.0, (nap, 10.02), [(9.99, 10.02, loop, 0.03)])
     assert loop.gil_moments >= 10 and loop.gil_held == loop.gil_moments      # every moment held, the loop's
     assert nap.gil_moments == nap.gil_held <= 1
     moments = probe.moments
@@ -306,8 +306,35 @@ def test_the_probes_own_wait_for_a_cpu_is_not_taken_for_a_held_gil():
     probe._moment = 10.0
     probe.count(10.004, 0.004 - HELD_AFTER / 2, (holder, 9.0), [])    # 4 ms late, all of it in the run queue
     assert holder.gil_moments >= 1 and holder.gil_held == 0
-    probe.count(probe._moment, 0.0, None, [(9.0, 9.5, holder)])      # between the timed functions' calls
+    probe.count(probe._moment, 0.0, None, [(9.0, 9.5, holder, 0.5)])      # between the timed functions' calls
     assert probe.moments == holder.gil_moments + 1
+
+
+def test_a_wait_the_holders_own_wait_for_a_cpu_explains_is_held_only_in_a_call_that_used_a_cpu():
+    """A nap that took the GIL back and was preempted before it ended kept the probe out 3 ms
+    without running its code; a loop preempted as long had run its code, holding the GIL."""
+    def probed(call_cpu, holder_queued, got_gil=10.003, running=False):
+        probe, func = GilProbe(period=0.0003, seed=3), Holder()
+        probe._moment = 10.0
+        if running:
+            probe.count(got_gil, 0.0, (func, 9.999), [], holder_queued)
+        else:
+            probe.count(got_gil, 0.0, None, [(9.999, got_gil - HELD_AFTER, func, call_cpu)], holder_queued)
+        assert func.gil_moments >= 5
+        return func.gil_held, func.gil_moments
+
+    held, moments = probed(0.00002, holder_queued=0.0029)           # the nap's
+    assert held == 0
+    held, moments = probed(0.002, holder_queued=0.0029)             # the loop's
+    assert held == moments
+    # a call still running: its CPU is not known, its moments read as if the holder had not waited
+    assert probed(None, holder_queued=0.0029, running=True) == probed(None, holder_queued=0.0, running=True)
+    # the holder's wait leaves the first 1 ms of the probe's unexplained: those moments were held
+    held, moments = probed(0.00002, holder_queued=0.0029, got_gil=10.004)
+    assert 1 <= held < moments
+    # a wait for a CPU of some microseconds explains nothing
+    held, moments = probed(0.00002, holder_queued=HOLDER_QUEUED)
+    assert held == moments
 
 
 def spin(seconds):
@@ -330,7 +357,8 @@ def test_the_probe_tells_python_work_from_a_sleep():
     assert MARKER.probing is False and MARKER.running is None
     assert naps.gil_share() is not None and loops.gil_share() is not None
     # (other Python threads of the process, e.g. pytest-xdist's, may hold the GIL during a nap
-    # on a busy machine: a sleep reads a little, never near a loop)
+    # on a busy machine: a sleep reads a little, never near a loop; its thread preempted while it
+    # holds the GIL it took back after the sleep had read 0.59 beside three other suites)
     assert naps.gil_share() < 0.35 and loops.gil_share() > naps.gil_share() + 0.4
     assert naps.clock.calls == loops.clock.calls == 0      # nothing timed while the probe was at work
 

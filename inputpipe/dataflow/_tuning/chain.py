@@ -21,6 +21,7 @@ import numpy as np
 
 from ...utils import resources
 from ...utils.arguments import is_dataflow
+from ...utils.compat import native_thread_id
 from .._core.buffered import CacheData
 from .._core.helpers import close_iterators
 from .gil import MARKER, MIN_MOMENTS
@@ -294,11 +295,13 @@ class TimedFunc:
         try:
             result = self.func(dp)
         finally:
-            end = perf()
+            end, end_cpu = perf(), cpu()
             MARKER.running = outer
             if MARKER.probing:
-                MARKER.recent.append((start, end, self))
-        self.clock.add(end - start, cpu() - start_cpu)
+                MARKER.recent.append((start, end, self, end_cpu - start_cpu))
+                if MARKER.thread is None:
+                    MARKER.thread = native_thread_id()
+        self.clock.add(end - start, end_cpu - start_cpu)
         self.called += 1
         if self.called <= _SIZED_CALLS or self.called % _SIZE_EVERY == 0:
             self.sized += 1
