@@ -178,7 +178,12 @@ def test_the_default_cpu_budget_is_the_process_budget_from_the_cgroup_quota(tmp_
     assert result.cpu_budget == 1 and str(result).startswith("Tuned configuration (1 CPU, memory budget ")
     choice = result.stage("MapData")
     assert_valid_map_choice(choice, 1, result)
-    if choice.cpu_share >= CLEAN:       # one CPU: a process would only add the cost of moving datapoints
+    # one CPU: a process would only add the cost of moving datapoints, when the measurement is
+    # clean: the map on a CPU all along, and the source read at about its CPU time (beside two
+    # suites its next() of microseconds was measured at 0.2-0.6 ms in some runs: a preemption or a
+    # wait for the GIL in a few of its calls; then the model rightly rates a process above the
+    # serial chain, which would wait for the source, and a trial on the busy machine confirms it)
+    if choice.cpu_share >= CLEAN and choice.rates["processes"] < choice.rates["serial"] * GAIN_NEEDED:
         assert (choice.after, choice.action) == ("MapData", "keep")
         assert result.unchanged and result.limit == "cpus" and result.trial is None
 
