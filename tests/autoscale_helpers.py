@@ -116,9 +116,11 @@ def virtual_clock(monkeypatch):
     """For a test module's ``clock`` fixture: the controller reads the virtual clock, and every
     model stage made on it is closed at the end."""
     from inputpipe.dataflow import autoscale
+    from inputpipe.dataflow._parallel import autoscale_settings
 
     virtual = VirtualClock()
     monkeypatch.setattr(autoscale, "_monotonic", virtual.monotonic)
+    monkeypatch.setattr(autoscale_settings, "_monotonic", virtual.monotonic)
     monkeypatch.setattr(autoscale, "IdleCpus", lambda: ModelIdle(virtual))
     yield virtual
     for stage in virtual.stages:

@@ -177,7 +177,8 @@ def test_model_a_growth_that_does_not_deliver_more_is_undone_and_tried_again_lat
     history = stage.worker_count_history()
     assert [c.workers for c in history] == [1, 2, 1]
     assert history[1].reason.startswith("grow: the consumer waited 90%")
-    assert history[2].reason == "undo: 2 workers delivered 100/s, 1 delivered 100/s"
+    # as many as before is within an interval's noise of enough: measured over three intervals
+    assert history[2].reason == "undo: 2 workers delivered 100/s over 3 intervals, 1 delivered 100/s"
     stage.run_for(5.0)
     assert len(stage.worker_count_history()) == 3          # 2 stays out of reach for 20 decisions ...
     stage.run_for(10.0)

@@ -170,6 +170,32 @@ def test_without_a_reading_or_under_an_explicit_budget_the_shares_alone_hold_it(
     assert inner.counts() == ([1, 2] if how == "cpu_budget" else [1]), inner.worker_count_history()
 
 
+@pytest.mark.parametrize("kind,budget,most", [
+    ("processes", "system", 10), ("processes", "cpu_budget", 6), ("threads", "system", 6)])
+def test_under_the_system_budget_processes_that_wait_grow_to_keep_the_cpus_busy(system_budget_of_two, kind,
+                                                                                budget, most):
+    """Six processes of share 1/3 add up to 2 CPUs but keep them 84% busy (their waits do not line
+    up): under the system's budget they grow to the 10 the queue model needs for 98%, even without
+    a reading of the idle CPUs; an explicit budget holds them to their shares, and threads (whose
+    Python shares the GIL) too."""
+    clock = system_budget_of_two
+    clock.machine_cpus = None
+    stage = ModelStage(Autoscale(interval=0.5, cpu_budget=2 if budget == "cpu_budget" else None), per_worker=111,
+                       consumer=1000, cpu_share=1 / 3, kind=kind, clock=clock)
+    stage.run_for(20.0)
+    assert stage.workers == most and max(stage.counts()) == most, stage.worker_count_history()
+    assert stage._controller._share == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("cpus,share,workers", [
+    (2, 1 / 3, 8), (2, 1.0, 2), (2, 0.5, 6), (2, 0.9, 3), (1, 0.5, 4), (2, 0.125, 20), (4, 1 / 3, 14)])
+def test_the_workers_that_keep_the_cpus_busy(cpus, share, workers):
+    assert resources.workers_to_fill(cpus, share) == workers
+    assert resources.closed_loop_rate(workers, 1 - share, share, cpus) >= 0.95 * cpus / share
+    assert workers == 1 or resources.closed_loop_rate(workers - 1, 1 - share, share, cpus) < 0.95 * cpus / share
+    assert resources.workers_to_fill(cpus, share, most=4) == min(workers, 4)
+
+
 def test_a_growth_onto_idle_cpus_that_delivers_nothing_is_undone(system_budget_of_two):
     """Idle CPUs do not make a useless worker stay: the inner stage's results come out at most at
     one worker's rate (a ceiling: a source it waits on, say), so its second process delivers no
@@ -182,19 +208,23 @@ def test_a_growth_onto_idle_cpus_that_delivers_nothing_is_undone(system_budget_o
     assert "CPUs idle" in history[1].reason and history[2].reason.startswith("undo: 2 workers delivered 500/s")
 
 
-def test_a_stage_grown_on_idle_cpus_shrinks_when_its_work_turns_cpu_bound(system_budget_of_two):
+def test_a_stage_grown_past_its_shares_shrinks_when_its_work_turns_cpu_bound(system_budget_of_two):
     clock = system_budget_of_two
     outer, inner = nested(clock, inner_share=0.5)
     inner.consumer = 2000
     run_together([outer, inner], 20.0)
-    # its share (1/2) fills the 1 CPU the outer stage's claim leaves with two; idle CPUs took a third
-    assert inner.counts() == [1, 2, 3] and "(0.5 CPUs idle) (CPU budget 1" in grows(inner)[1].reason
+    # its share (1/2) fills the 1 CPU the outer stage's claim leaves with two; the queue model keeps
+    # that CPU busy with four
+    assert inner.counts() == [1, 2, 4] and "CPU budget" not in grows(inner)[1].reason
     inner.cpu_share = 1.0                                # the same rate, all of it on a CPU now
     changes = len(inner.worker_count_history())
     run_together([outer, inner], 20.0)
     after = inner.worker_count_history()[changes:]
-    assert [c.workers for c in after] == [1, 2], after       # then 2: 1 + 0.45 of 2 CPUs leave half a CPU idle
-    assert after[0].reason.startswith("shrink: CPU budget: 3 workers") and after[1].reason.endswith("CPUs idle)")
+    # the smoothed share rises (2/3, then 5/6: CPU-bound for the queue model): down to the budget's
+    # one worker, then 2: 1 + 0.45 of 2 CPUs leave half a CPU idle
+    assert [c.workers for c in after] == [3, 1, 2], after
+    assert after[0].reason.startswith("shrink: CPU budget: 4 workers at a CPU share of 66%")
+    assert after[1].reason.startswith("shrink: CPU budget: 3 workers") and after[2].reason.endswith("CPUs idle)")
 
 
 # ------------------------------------------------------------------------------------ the accounting

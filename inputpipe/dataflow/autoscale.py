@@ -18,7 +18,9 @@ the process: a worker, process or thread, counts for its measured CPU share (the
 the time it works, without the time it waited for a CPU held by other work: a process that waits
 for I/O two thirds of its time costs a third of a CPU), so workers that wait may outnumber the
 CPUs until their shares fill the budget. Under the system's own budget (no
-:func:`~inputpipe.utils.resources.set_budget` and no ``cpu_budget`` of the stage's) it grows on
+:func:`~inputpipe.utils.resources.set_budget` and no ``cpu_budget`` of the stage's), processes
+that wait may reach the count that keeps the CPUs busy by a queue model (their waits do not
+line up: 10 processes of share 1/3 keep 2 CPUs 98% busy, 6 only 84%), and it grows on
 past that count while the CPUs it may use were measured idle (:mod:`inputpipe.utils.cpu_idle`:
 workers that wait do not all wait at once, so the count their shares give leaves CPUs unused,
 and stages that wait for each other use less than their shares say); an explicit budget is a
@@ -37,23 +39,26 @@ Example::
         ...
     df.worker_count_history()      # [WorkerCountChange(time, count, reason), ...]
 """
+import collections
 import math
 import threading
 import time
 import weakref
 from time import monotonic as _monotonic
-from typing import Any, Callable, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Deque, Optional, Tuple
 
 from ..utils import resources
 from ..utils.cpu_idle import IdleCpus
 from ..utils.logger import get_logger
+from ._parallel.autoscale_settings import (AUTO, BUDGET_REFRESH, START_WORKERS, WORKERS_PER_CPU, Autoscale,
+                                           Measurement, WorkerCountChange, auto_stages, buffer_setting, stage_name,
+                                           worker_count)
 
-__all__ = ["AUTO", "Autoscale", "Controller", "Measurement", "WorkerCountChange", "auto_stages", "stage_name"]
+__all__ = ["AUTO", "Autoscale", "Controller", "Measurement", "WorkerCountChange", "auto_stages", "stage_name",
+           "worker_count", "buffer_setting", "WORKERS_PER_CPU", "START_WORKERS", "BUDGET_REFRESH"]
 
 logger = get_logger(__name__)
 
-#: The value that asks for a worker count (or buffer size) chosen while running.
-AUTO = "auto"
 #: The consumer waited at least this share of an interval ...
 GROW_WAIT = 0.10
 #: ... this share, for threads whose CPU share is under CHEAP_THREAD_SHARE (they wait: I/O).
@@ -72,6 +77,12 @@ MIN_GAIN_ON_IDLE = 0.1
 #: A growth whose results came faster, but short of that share, is measured over up to this many
 #: intervals before it is undone (their results and seconds added up).
 JUDGE_LOOKS = 3
+#: ... and so is one whose results came slower by at most this share (an interval's noise).
+JUDGE_NOISE = 0.1
+#: The rate before a change is that of up to this many intervals measured at the count it changes,
+#: those whose rates are within this factor of the latest one's.
+BEFORE_INTERVALS = 4
+BEFORE_RATE_SPREAD = 1.25
 #: Intervals a count that was undone stays out of reach (then it is tried again).
 BLOCKED_INTERVALS = 20
 #: A change is not judged (undone) when the CPU time per result changed by this factor across it:
@@ -82,9 +93,6 @@ WORK_CHANGED = 1.5
 TASKS_PER_INTERVAL = 3
 #: Changes kept in a stage's history (the oldest are dropped).
 HISTORY_LIMIT = 1000
-#: Workers of an auto stage per CPU of the budget, at most (workers that wait: each is charged
-#: at least :data:`~inputpipe.utils.resources.MIN_CPU_SHARE` of a CPU).
-WORKERS_PER_CPU = int(round(1 / resources.MIN_CPU_SHARE))
 #: Workers whose CPU shares add up to this much more than the budget shrink (the work turned
 #: CPU-bound); below it they only stop growing (a margin for the shares' jitter).
 OVER_BUDGET = 1.25
@@ -98,9 +106,6 @@ GROWTH_HEADROOM = 0.9
 #: with the results, up to ``buffer_size="auto"``'s 50 ms of work per worker after the CPU time
 #: the kernel reports, so a shorter span would read the share off by that much.
 SHARE_MIN_BUSY_SECONDS = 0.5
-#: An auto stage without a memory budget starts with this many workers (fewer when the CPU
-#: budget is smaller); under a memory budget it starts with one.
-START_WORKERS = 2
 #: A measured CPU share this many times above or below the smoothed one replaces it at once (the
 #: work changed: a phase of the run), instead of being averaged in.
 SHARE_JUMP = 3.0
@@ -111,170 +116,18 @@ IDLE_GROWTH = 0.25
 #: ... and a stage so grown shrinks for the CPU budget only once its workers' CPU share rose by
 #: this factor since it grew (the work turned CPU-bound), not because idle CPUs were used.
 IDLE_SHARE_ROSE = 1.5
-#: Seconds between readings of the system's CPU budget (the memory budget is read once).
-BUDGET_REFRESH = 10.0
+#: Under the system's budget, worker processes of at most this CPU share may grow to the count
+#: that keeps the CPUs busy by the queue model (:func:`~inputpipe.utils.resources.workers_to_fill`:
+#: 10 of share 1/3 on 2 CPUs, where their shares add up to 6); a share above it is within the
+#: measurement's noise of CPU-bound work, held to the count the shares give.
+FILL_SHARE = 0.75
+#: ... the count that keeps the CPUs this busy by the model (which takes the waits and the work as
+#: random: more workers than it says still gained a few percent where both were fixed, 2 CPUs).
+FILL_GOAL = 0.98
 
 
 #: ``(time, waited, busy seconds, items, CPU seconds, run-queue seconds)``, cumulative.
 _Sample = Tuple[float, float, float, int, Optional[float], Optional[float]]
-
-
-class WorkerCountChange(NamedTuple):
-    """One entry of a stage's ``worker_count_history()``: ``time`` (``time.time()``), the number
-    of active ``workers`` from then on, and the ``reason`` in words.
-
-    Example::
-
-        when, workers, reason = df.worker_count_history()[-1]
-    """
-    time: float
-    workers: int
-    reason: str
-
-
-class Measurement(NamedTuple):
-    """What the controller measured over one interval of ``seconds``, with ``workers`` active:
-    ``wait_share`` (of the time the consumer waited for a result with none ready),
-    ``busy_share`` (of the workers' time spent on work), ``delivered_per_s`` (results),
-    ``demand_per_s`` (the results per second the consumer would take if it never waited; None
-    when it only waited), ``task_seconds`` (a worker's mean time per task), ``cpus_used`` (CPUs
-    the workers used, None when unknown), ``memory_bytes`` (the stage's workers and buffers),
-    ``cpu_share`` (the share of the workers' working time spent on a CPU, without their waits for
-    a CPU held by other work; None when not measured: see
-    :func:`inputpipe.utils.resources.cpu_share`) and ``working_share`` (``busy_share`` without
-    the workers' waits for a CPU; None when those are not known) and ``idle_cpus`` (CPUs of the
-    process left unused over the interval, by any program: :mod:`inputpipe.utils.cpu_idle`)."""
-    seconds: float
-    workers: int
-    wait_share: float
-    busy_share: float
-    delivered_per_s: float
-    demand_per_s: Optional[float]
-    task_seconds: Optional[float]
-    cpus_used: Optional[float]
-    memory_bytes: int
-    cpu_share: Optional[float] = None
-    working_share: Optional[float] = None
-    idle_cpus: Optional[float] = None
-
-
-class Autoscale:
-    """Settings of an ``"auto"`` stage; pass one wherever ``"auto"`` is accepted.
-
-    Args:
-        interval: seconds between decisions (longer when a task takes longer: at least
-            three tasks of a worker); 0 decides at every datapoint (for tests).
-        start: workers at start (default one under a memory budget, since the size of the
-            datapoints is not known yet; else ``min(2, budget)``).
-        min_workers, max_workers: the range of the count (default 1 and the budget's).
-        cpu_budget, memory_budget: a budget of this stage's own, in CPUs and bytes, instead of
-            its share of the process' one (:func:`inputpipe.utils.resources.set_budget`, shared
-            by every auto stage of the process).
-        policy: a function of a :class:`Measurement` returning the worker count wanted (None:
-            no change) instead of the built-in rules; the budgets still apply.
-        settle_intervals: intervals not measured after a change (also waiting, up to 5 s, for
-            the worker added last to deliver); 0 measures and decides at once.
-
-    Example::
-
-        df = MultiThreadMapData(ds, Autoscale(interval=1.0, max_workers=16), read_file)
-    """
-
-    def __init__(self, *, interval: float = 0.5, start: Optional[int] = None, min_workers: int = 1,
-                 max_workers: Optional[int] = None, cpu_budget: Optional[int] = None,
-                 memory_budget: Optional[int] = None, policy: Optional[Callable[[Measurement], Optional[int]]] = None,
-                 settle_intervals: int = 1):
-        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not interval >= 0:
-            raise ValueError("Autoscale: interval must be a number of seconds >= 0, got {!r}".format(interval))
-        for name, value, optional in (("start", start, True), ("min_workers", min_workers, False),
-                                      ("max_workers", max_workers, True), ("cpu_budget", cpu_budget, True),
-                                      ("memory_budget", memory_budget, True)):
-            if not (optional and value is None) and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError("Autoscale: {} must be an int >= 1{}, got {!r}".format(
-                    name, " or None" if optional else "", value))
-        if max_workers is not None and max_workers < min_workers:
-            raise ValueError("Autoscale: max_workers ({}) is below min_workers ({})".format(max_workers, min_workers))
-        if policy is not None and not callable(policy):
-            raise TypeError("Autoscale: policy must be callable, got {!r}".format(policy))
-        if not isinstance(settle_intervals, int) or settle_intervals < 0:
-            raise ValueError("Autoscale: settle_intervals must be an int >= 0, got {!r}".format(settle_intervals))
-        self.interval = float(interval)
-        self.start = start
-        self.min_workers = min_workers
-        self.max_workers = max_workers
-        self.cpu_budget = cpu_budget
-        self.memory_budget = memory_budget
-        self.policy = policy
-        self.settle_intervals = settle_intervals
-        self._system_budget: Tuple[int, Optional[int]] = (1, None)
-        self._read_at: Optional[float] = None
-
-    def __repr__(self) -> str:
-        return "Autoscale(interval={}, start={}, max_workers={})".format(self.interval, self.start, self.max_workers)
-
-    def cpus(self) -> int:
-        """The CPU budget: this stage's, else :func:`~inputpipe.utils.resources.set_budget`'s,
-        else the system's (read again every :data:`BUDGET_REFRESH` seconds)."""
-        if self.cpu_budget is not None:
-            return self.cpu_budget
-        return resources.overrides().cpus or self._system()[0]
-
-    def memory(self) -> Optional[int]:
-        """The memory budget, as :meth:`cpus` (the system's: half the memory available at start)."""
-        if self.memory_budget is not None:
-            return self.memory_budget
-        return resources.overrides().memory_bytes or self._system()[1]
-
-    def _system(self) -> Tuple[int, Optional[int]]:
-        now = _monotonic()
-        if self._read_at is None or now - self._read_at > BUDGET_REFRESH:
-            memory = self._system_budget[1] if self._read_at is not None else resources.memory_budget()
-            self._system_budget = (resources.cpu_budget(), memory)
-            self._read_at = now
-        return self._system_budget
-
-    def limit(self, kind: str) -> int:
-        """The most workers of this ``kind`` (``"processes"``, ``"threads"``, ``"actors"``):
-        ``max_workers``, else 8 per CPU of the budget for processes and threads (each is charged
-        its CPU share, at least an eighth of a CPU), 64 at most."""
-        if self.max_workers is not None:
-            return self.max_workers
-        return 64 if kind == "actors" else min(64, WORKERS_PER_CPU * self.cpus())
-
-    def start_count(self, kind: str, claimed_cpus: float = 0.0) -> int:
-        """Workers at start: ``start``; else one when a memory budget applies (nothing is known
-        of the datapoints' size yet: the stage grows once it has measured them), and
-        ``min(2, budget)`` otherwise (for processes and threads, the budget left by the
-        ``claimed_cpus`` of the other stages); within the range."""
-        if self.start is not None:
-            count = self.start
-        elif self.memory() is not None:
-            count = 1
-        else:
-            free = self.cpus() - (claimed_cpus if kind != "actors" else 0.0)
-            count = min(START_WORKERS, int(math.floor(free + 1e-9)))
-        return max(self.min_workers, min(count, self.limit(kind)))
-
-
-def worker_count(component: str, name: str, value: Any) -> Union[int, Autoscale]:
-    """``value`` checked as a worker count: an int >= 1 (pinned), ``"auto"`` or an
-    :class:`Autoscale`; a ValueError naming the component and the argument otherwise."""
-    if isinstance(value, Autoscale):
-        return value
-    if isinstance(value, str) and value == AUTO:
-        return Autoscale()
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError("{}: {} must be an int >= 1 or 'auto', got {!r}".format(component, name, value))
-    return value
-
-
-def buffer_setting(component: str, value: Any, name: str = "buffer_size") -> Union[int, str]:
-    """``value`` checked as a buffer size: an int >= 1 or ``"auto"``."""
-    if isinstance(value, str) and value == AUTO:
-        return AUTO
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError("{}: {} must be an int >= 1 or 'auto', got {!r}".format(component, name, value))
-    return value
 
 
 # ------------------------------------------------------------------------------------- the stages
@@ -296,35 +149,6 @@ class _Registry:
         with cls.lock:
             others = [c for c in cls.controllers if c is not me]
         return sum(c.claimed_cpus for c in others), sum(c.claimed_memory for c in others)
-
-
-def stage_name(flow: Any) -> str:
-    """A short name of a stage: its class and its function's name, e.g.
-    ``"MultiProcessMapData(decode)"``."""
-    func = getattr(flow, "map_func", None)
-    name = getattr(func, "__name__", None) or (type(func).__name__ if func is not None else None)
-    return "{}({})".format(type(flow).__name__, name) if name else type(flow).__name__
-
-
-def auto_stages(df: Any) -> List[Any]:
-    """The stages of the chain ending at ``df`` whose worker count is ``"auto"``, outermost first
-    (following ``ds`` and ``df_lists``, as the doctor does)."""
-    found: List[Any] = []
-    seen = set()
-    todo = [df]
-    while todo:
-        flow = todo.pop(0)
-        if id(flow) in seen:
-            continue
-        seen.add(id(flow))
-        if getattr(flow, "autoscaled", False) is True:
-            found.append(flow)
-        state = getattr(flow, "__dict__", {})
-        if state.get("ds") is not None:
-            todo.append(state["ds"])
-        for entry in state.get("df_lists") or ():
-            todo.append(entry[0] if isinstance(entry, tuple) and entry else entry)
-    return found
 
 
 class Controller:
@@ -352,6 +176,7 @@ class Controller:
         # (from, to, rate before, the CPU seconds per result before)
         self._last_change: Optional[Tuple[int, int, float, Optional[float]]] = None
         self._looked: Optional[Tuple[float, float, int]] = None   # (results, seconds, intervals) since it, while judged
+        self._at_count: Deque[Tuple[float, float]] = collections.deque(maxlen=BEFORE_INTERVALS)  # (results, seconds)
         self._ceiling: Optional[Tuple[int, int]] = None   # (count, until decision) not to reach
         self._floor: Optional[Tuple[int, int]] = None
         self._task_seconds: Optional[float] = None
@@ -455,6 +280,7 @@ class Controller:
             # ... but a share that moved by a factor of SHARE_JUMP is a new kind of work: taken at once
             self._share = m.cpu_share if self._share is None or jumped else 0.5 * (self._share + m.cpu_share)
         self._publish_claims(m)
+        self._at_count.append((m.delivered_per_s * m.seconds, m.seconds))
         target, reason = self._decide(m)
         if target is not None:
             with _Registry.lock:
@@ -496,8 +322,10 @@ class Controller:
     def _undo_if_unhelpful(self, m: Measurement) -> Optional[Tuple[int, str]]:
         """The measurements after a change: undo a growth that did not deliver faster while the
         consumer still waited, or a shrink after which the consumer waits. A growth that
-        delivered more, but less than it should, is measured over up to :data:`JUDGE_LOOKS`
-        intervals before it is judged (a few percent is within one interval's noise)."""
+        delivered more, but less than it should, or at most :data:`JUDGE_NOISE` less, is
+        measured over up to :data:`JUDGE_LOOKS` intervals before it is judged (a few percent is
+        within one interval's noise), against the rate of up to :data:`BEFORE_INTERVALS`
+        intervals before it."""
         change, self._last_change = self._last_change, None
         looked, self._looked = self._looked, None
         if change is None:
@@ -515,9 +343,9 @@ class Controller:
             rate = items / seconds
             if rate >= rate_before * (1 + gain * (after - before) / before):
                 return None
-            if rate > rate_before and looks < JUDGE_LOOKS:
+            if rate > rate_before * (1 - JUDGE_NOISE) and looks < JUDGE_LOOKS:
                 self._last_change, self._looked = change, (items, seconds, looks)
-                return m.workers, ""             # more, but not enough yet: measure on before judging
+                return m.workers, ""             # within an interval's noise of enough: measure on before judging
             self._ceiling = (after, self.decisions + BLOCKED_INTERVALS)
             return before, "undo: {} workers delivered {}/s{}, {} delivered {}/s".format(
                 after, _rate(rate), "" if looks == 1 else " over {} intervals".format(looks), before,
@@ -547,8 +375,11 @@ class Controller:
         cpus = settings.cpus()
         room = cpus - other_cpus
         allowed = target if self.kind == "actors" else resources.workers_within(room, self._share)
-        idle_growth = self.kind != "actors" and settings.cpu_budget is None and \
-            resources.overrides().cpus is None and m.idle_cpus is not None
+        system_budget = settings.cpu_budget is None and resources.overrides().cpus is None
+        if self.kind == "processes" and system_budget and self._share is not None and self._share <= FILL_SHARE:
+            # processes that wait: as many as keep the CPUs busy (their waits do not line up)
+            allowed = max(allowed, resources.workers_to_fill(room, self._share, FILL_GOAL, settings.limit(self.kind)))
+        idle_growth = self.kind != "actors" and system_budget and m.idle_cpus is not None
         if idle_growth and n > max(allowed, settings.min_workers) and self._idle_grown_share is not None and \
                 (self._share or 1.0) < IDLE_SHARE_ROSE * self._idle_grown_share:
             allowed = n                                # grown on idle CPUs; its work did not change
@@ -606,11 +437,24 @@ class Controller:
         if after != before:
             self._settling = self.settings.settle_intervals
             self._last_change, self._looked = None, None
+            rate_before = self._rate_at_count()
+            self._at_count.clear()
             if m is not None and not reason.startswith(("undo", "shrink: memory", "shrink: CPU budget")):
                 # (a shrink to the budget is not undone)
-                self._last_change = (before, after, m.delivered_per_s, _cpu_per_result(m))
+                self._last_change = (before, after, rate_before or m.delivered_per_s, _cpu_per_result(m))
                 self._last_change_on_idle = self._growing_on_idle
             self.claimed_cpus = self._charge(after)
+
+    def _rate_at_count(self) -> Optional[float]:
+        """The rate of the last intervals measured at the current count: those within
+        :data:`BEFORE_RATE_SPREAD` of the latest one's (an earlier phase of the work is not mixed
+        in); None when none was measured."""
+        if not self._at_count:
+            return None
+        results, seconds = self._at_count[-1]
+        latest = results / seconds
+        kept = [(r, s) for r, s in self._at_count if latest / BEFORE_RATE_SPREAD <= r / s <= latest * BEFORE_RATE_SPREAD]
+        return sum(r for r, _ in kept) / sum(s for _, s in kept)
 
     def close(self) -> None:
         with _Registry.lock:

@@ -37,7 +37,7 @@ __all__ = [
     "Budget", "set_budget", "overrides", "budget", "cpu_budget", "memory_budget", "available_cpus", "affinity_cpu_count",
     "cgroup_cpu_limit", "available_memory", "meminfo_available", "cgroup_memory_room", "process_memory",
     "process_private_memory", "process_anon_share", "process_cpu_seconds", "thread_cpu_seconds", "process_schedstat", "thread_schedstat",
-    "MIN_CPU_SHARE", "cpu_share", "cpu_charge", "workers_within",
+    "MIN_CPU_SHARE", "cpu_share", "cpu_charge", "workers_within", "closed_loop_rate", "workers_to_fill",
 ]
 
 #: Where the cgroup file systems are mounted, and the file naming this process' cgroups.
@@ -433,3 +433,46 @@ def workers_within(cpus: float, share: Optional[float]) -> int:
     """
     per_worker = cpu_charge(1, share)
     return max(0, int(math.floor(cpus / per_worker + 0.5 + 1e-9)))
+
+
+def closed_loop_rate(workers: int, wait: float, cpu: float, cpus: float) -> float:
+    """Results per second of ``workers`` workers that each wait ``wait`` seconds (I/O, a sleep)
+    and then need ``cpu`` seconds on one of ``cpus`` CPUs, in turn: the machine-repair queue
+    (exponential times: the workers' waits do not line up, so some CPUs idle while others have
+    a queue). It approaches ``cpus / cpu`` only with more workers than the shares add up to.
+
+    Example::
+
+        closed_loop_rate(6, 0.006, 0.003, 2)      # 563/s: 6 workers of share 1/3 on 2 CPUs
+        closed_loop_rate(12, 0.006, 0.003, 2)     # 666/s, of the 667/s the CPUs allow
+    """
+    if cpu <= 0:
+        return math.inf if wait <= 0 else workers / wait
+    if wait <= cpu * 1e-6:
+        return min(workers, cpus) / cpu
+    weight, total, served = 1.0, 1.0, 0.0    # of the states "j workers at the CPUs", relative
+    for j in range(1, workers + 1):
+        weight *= (workers - j + 1) / wait * cpu / min(j, cpus)
+        total += weight
+        served += weight * min(j, cpus)
+        if total > 1e250:                        # rescale: the ratio is what counts
+            weight, total, served = weight * 1e-250, total * 1e-250, served * 1e-250
+    return served / total / cpu
+
+
+def workers_to_fill(cpus: float, share: float, goal: float = 0.95, most: int = 64) -> int:
+    """The fewest workers of CPU ``share`` (on a CPU that share of their working time, waiting
+    the rest) that keep ``goal`` of ``cpus`` CPUs busy by :func:`closed_loop_rate` (their waits
+    do not line up, so they need more than their shares add up to); at most ``most``.
+
+    Example::
+
+        workers_to_fill(2, 1 / 3)        # 8: workers_within(2, 1 / 3) is 6, which keep 84% busy
+        workers_to_fill(2, 1.0)          # 2
+    """
+    share = min(1.0, max(MIN_CPU_SHARE, share))
+    ceiling = cpus / share
+    for workers in range(1, most + 1):
+        if closed_loop_rate(workers, 1.0 - share, share, cpus) >= goal * ceiling:
+            return workers
+    return most

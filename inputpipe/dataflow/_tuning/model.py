@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...utils.compat import prod
+from ...utils.resources import closed_loop_rate
 from .chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Borrowed, Chain, Form, TimedFunc, Unit
 from .transport import Transport
 
@@ -48,6 +49,10 @@ HEADROOM = 1.1
 #: Processes are sized for this share of the rate the CPUs allow them when the CPUs are what
 #: limits (the queue model reaches all of it only with endless workers).
 QUEUE_GOAL = 0.95
+#: Worker processes of a CPU share at least this are sized as CPU-bound work (one per CPU): a busy
+#: machine leaves a few percent of a CPU-bound map off a CPU (GIL hand-overs, timer reads), which
+#: read as waiting would add a process that only contends for the CPUs.
+CPU_BOUND_SHARE = 0.9
 #: Configurations rated at most (the cheapest maps keep their form beyond that).
 MAX_COMBINATIONS = 4096
 #: A change must make the model's rate this much higher to be proposed.
@@ -251,36 +256,14 @@ def _target(chain: Chain, costs: Costs, forms: Sequence[Form], cpus: float, cons
     return min(v for key, v in bounds.items() if not key.startswith("workers of "))
 
 
-def closed_loop_rate(workers: int, wait: float, cpu: float, cpus: float) -> float:
-    """Results per second of ``workers`` workers that each wait ``wait`` seconds (I/O, a sleep)
-    and then need ``cpu`` seconds on one of ``cpus`` CPUs, in turn: the machine-repair queue
-    (exponential times: the workers' waits do not line up, so some CPUs idle while others have
-    a queue). It approaches ``cpus / cpu`` only with more workers than the shares add up to.
-
-    Example::
-
-        closed_loop_rate(6, 0.006, 0.003, 2)      # 563/s: 6 workers of share 1/3 on 2 CPUs
-        closed_loop_rate(12, 0.006, 0.003, 2)     # 666/s, of the 667/s the CPUs allow
-    """
-    if cpu <= 0:
-        return math.inf if wait <= 0 else workers / wait
-    if wait <= cpu * 1e-6:
-        return min(workers, cpus) / cpu
-    weight, total, served = 1.0, 1.0, 0.0    # of the states "j workers at the CPUs", relative
-    for j in range(1, workers + 1):
-        weight *= (workers - j + 1) / wait * cpu / min(j, cpus)
-        total += weight
-        served += weight * min(j, cpus)
-        if total > 1e250:                        # rescale: the ratio is what counts
-            weight, total, served = weight * 1e-250, total * 1e-250, served * 1e-250
-    return served / total / cpu
-
-
 def _processes_for(rate: float, work: float, worker_cpu: float, cpus: float) -> int:
     """The fewest worker processes that deliver ``rate`` results/s with :data:`HEADROOM`
     (:data:`QUEUE_GOAL` of the most they can when the CPUs cannot do that) by
-    :func:`closed_loop_rate` on ``cpus`` CPUs; at most :data:`MAX_PROCESSES` and 8 per CPU."""
+    :func:`closed_loop_rate` on ``cpus`` CPUs (a CPU share of :data:`CPU_BOUND_SHARE` or more: as
+    CPU-bound work); at most :data:`MAX_PROCESSES` and 8 per CPU."""
     most = min(MAX_PROCESSES, int(8 * max(1.0, cpus)))
+    if worker_cpu >= CPU_BOUND_SHARE * work:
+        worker_cpu = work
     goal = min(rate * HEADROOM, QUEUE_GOAL * closed_loop_rate(most, work - worker_cpu, worker_cpu, cpus))
     for workers in range(1, most + 1):
         if closed_loop_rate(workers, work - worker_cpu, worker_cpu, cpus) >= goal:
