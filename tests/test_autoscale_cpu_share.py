@@ -196,6 +196,18 @@ def test_the_workers_that_keep_the_cpus_busy(cpus, share, workers):
     assert resources.workers_to_fill(cpus, share, most=4) == min(workers, 4)
 
 
+@pytest.mark.parametrize("rate,wait,cpu,cpus,most,workers", [
+    (600, 0.006, 0.003, 2, 64, 7), (100, 0.009, 0.001, 2, 64, 1), (700, 0.006, 0.003, 2, 64, 64),
+    (600, 0.006, 0.003, 2, 5, 5), (300, 0.0, 0.005, 4, 64, 2)])
+def test_the_workers_that_deliver_a_rate(rate, wait, cpu, cpus, most, workers):
+    """The fewest workers whose queue-model rate reaches ``rate``; ``most`` when none of them
+    does (700/s is above the 667/s two CPUs allow 3 ms of CPU each)."""
+    assert resources.workers_for_rate(rate, wait, cpu, cpus, most) == workers
+    if workers < most:
+        assert resources.closed_loop_rate(workers, wait, cpu, cpus) >= rate
+        assert workers == 1 or resources.closed_loop_rate(workers - 1, wait, cpu, cpus) < rate
+
+
 def test_a_growth_onto_idle_cpus_that_delivers_nothing_is_undone(system_budget_of_two):
     """Idle CPUs do not make a useless worker stay: the inner stage's results come out at most at
     one worker's rate (a ceiling: a source it waits on, say), so its second process delivers no

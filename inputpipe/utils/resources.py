@@ -37,7 +37,7 @@ __all__ = [
     "Budget", "set_budget", "overrides", "budget", "cpu_budget", "memory_budget", "available_cpus", "affinity_cpu_count",
     "cgroup_cpu_limit", "available_memory", "meminfo_available", "cgroup_memory_room", "process_memory",
     "process_private_memory", "process_anon_share", "process_cpu_seconds", "thread_cpu_seconds", "process_schedstat", "thread_schedstat",
-    "MIN_CPU_SHARE", "cpu_share", "cpu_charge", "workers_within", "closed_loop_rate", "workers_to_fill",
+    "MIN_CPU_SHARE", "cpu_share", "cpu_charge", "workers_within", "closed_loop_rate", "workers_to_fill", "workers_for_rate",
 ]
 
 #: Where the cgroup file systems are mounted, and the file naming this process' cgroups.
@@ -471,8 +471,19 @@ def workers_to_fill(cpus: float, share: float, goal: float = 0.95, most: int = 6
         workers_to_fill(2, 1.0)          # 2
     """
     share = min(1.0, max(MIN_CPU_SHARE, share))
-    ceiling = cpus / share
+    return workers_for_rate(goal * cpus / share, 1.0 - share, share, cpus, most)
+
+
+def workers_for_rate(rate: float, wait: float, cpu: float, cpus: float, most: int) -> int:
+    """The fewest workers (at most ``most``) that deliver ``rate`` results/s by
+    :func:`closed_loop_rate`, each waiting ``wait`` seconds and computing ``cpu`` seconds per
+    result on ``cpus`` CPUs.
+
+    Example::
+
+        workers_for_rate(600, 0.006, 0.003, 2, 64)    # 7
+    """
     for workers in range(1, most + 1):
-        if closed_loop_rate(workers, 1.0 - share, share, cpus) >= goal * ceiling:
+        if closed_loop_rate(workers, wait, cpu, cpus) >= rate:
             return workers
     return most

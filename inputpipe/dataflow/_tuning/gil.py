@@ -4,18 +4,20 @@ side by side. Used by the tuner (:mod:`inputpipe.dataflow.tuning`); private.
 While the tuner runs the chain with every map in one thread, in the last part of that run (the
 maps' times are taken before it: the probe makes a thread that runs Python code hand it the GIL
 now and then, which on a busy machine costs that thread a wait for the probe to get a CPU), a
-probe thread wakes at moments drawn at random in advance (1 ms apart on average, so they do not depend on what the measured thread
-does). To run, the probe needs the GIL. When the measured thread is inside a call that releases it
-(a file or network read, a sleep, OpenCV, large numpy operations), the probe runs at once; when the
-measured thread runs Python code, the probe waits until it releases the GIL or the interpreter's
-switch interval makes it. A moment at which the probe waited for the GIL (beyond its own wait for
-a CPU, read from schedstat) fell in a stretch that held the GIL, unless the measured thread's own
-wait for a CPU explains it and the call used next to no CPU: a thread preempted while it holds
-the GIL (on a busy machine, often just after a sleep or a read ended and it took the GIL back)
-keeps the probe out without running its function's code. Each moment counts for the map function running when the probe asked for
-the GIL, once its own wait for a CPU ended (each call records when it ran in :data:`MARKER`; the
-probe may get the GIL only during a later call): its GIL share is its held moments over its
-moments.
+probe thread wakes at moments drawn at random in advance (1 ms apart on average, so they do not
+depend on what the measured thread does). To run, the probe needs the GIL. When the measured
+thread is inside a call that releases it (a file or network read, a sleep, OpenCV, large numpy
+operations), the probe runs at once; when the measured thread runs Python code, the probe waits
+until it releases the GIL or the interpreter's switch interval makes it.
+
+A moment at which the probe waited for the GIL (beyond its own wait for a CPU, read from
+schedstat) fell in a stretch that held the GIL, unless the measured thread's own wait for a CPU
+explains it and the call used next to no CPU: a thread preempted while it holds the GIL (on a
+busy machine, often just after a sleep or a read ended and it took the GIL back) keeps the probe
+out without running its function's code. Each moment counts for the map function running when
+the probe asked for the GIL, once its own wait for a CPU ended (each call records when it ran in
+:data:`MARKER`; the probe may get the GIL only during a later call): its GIL share is its held
+moments over its moments.
 
 Example::
 

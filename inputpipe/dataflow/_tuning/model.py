@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...utils.compat import prod
-from ...utils.resources import closed_loop_rate
+from ...utils.resources import closed_loop_rate, workers_for_rate
 from .chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Borrowed, Chain, Form, TimedFunc, Unit
 from .transport import Transport
 
@@ -265,10 +265,7 @@ def _processes_for(rate: float, work: float, worker_cpu: float, cpus: float) -> 
     if worker_cpu >= CPU_BOUND_SHARE * work:
         worker_cpu = work
     goal = min(rate * HEADROOM, QUEUE_GOAL * closed_loop_rate(most, work - worker_cpu, worker_cpu, cpus))
-    for workers in range(1, most + 1):
-        if closed_loop_rate(workers, work - worker_cpu, worker_cpu, cpus) >= goal:
-            return workers
-    return most
+    return workers_for_rate(goal, work - worker_cpu, worker_cpu, cpus, most)
 
 
 def size_workers(chain: Chain, costs: Costs, forms: List[Form], cpus: float, consumer_rate: Optional[float]) -> None:
