@@ -185,6 +185,9 @@ def test_under_the_system_budget_processes_that_wait_grow_to_keep_the_cpus_busy(
     stage.run_for(20.0)
     assert stage.workers == most and max(stage.counts()) == most, stage.worker_count_history()
     assert stage._controller._share == pytest.approx(1 / 3)
+    # processes that wait go to the count the consumer needs at once, within the model's; the
+    # others at most double per step
+    assert stage.counts() == ([1, 10] if most == 10 else [1, 2, 4, 6]), stage.worker_count_history()
 
 
 @pytest.mark.parametrize("cpus,share,workers", [
@@ -226,17 +229,18 @@ def test_a_stage_grown_past_its_shares_shrinks_when_its_work_turns_cpu_bound(sys
     inner.consumer = 2000
     run_together([outer, inner], 20.0)
     # its share (1/2) fills the 1 CPU the outer stage's claim leaves with two; the queue model keeps
-    # that CPU busy with four
-    assert inner.counts() == [1, 2, 4] and "CPU budget" not in grows(inner)[1].reason
+    # that CPU busy with four: processes that wait grow to them at once (the consumer would take more)
+    assert inner.counts() == [1, 4] == [1, resources.workers_to_fill(1, 0.5, 0.98)]
+    assert grows(inner)[0].reason.endswith("(CPU budget 1, a worker's CPU share 50%)")
     inner.cpu_share = 1.0                                # the same rate, all of it on a CPU now
     changes = len(inner.worker_count_history())
     run_together([outer, inner], 20.0)
     after = inner.worker_count_history()[changes:]
-    # the smoothed share rises (2/3, then 5/6: CPU-bound for the queue model): down to the budget's
-    # one worker, then 2: 1 + 0.45 of 2 CPUs leave half a CPU idle
-    assert [c.workers for c in after] == [3, 1, 2], after
-    assert after[0].reason.startswith("shrink: CPU budget: 4 workers at a CPU share of 66%")
-    assert after[1].reason.startswith("shrink: CPU budget: 3 workers") and after[2].reason.endswith("CPUs idle)")
+    # the smoothed share rises past FILL_SHARE (5/6: CPU-bound for the queue model): halved, down to
+    # the budget's one worker, then 2: 1 + 0.45 of 2 CPUs leave half a CPU idle
+    assert [c.workers for c in after] == [2, 1, 2], after
+    assert after[0].reason.startswith("shrink: CPU budget: 4 workers at a CPU share of 83%")
+    assert after[1].reason.startswith("shrink: CPU budget: 2 workers") and after[2].reason.endswith("CPUs idle)")
 
 
 # ------------------------------------------------------------------------------------ the accounting

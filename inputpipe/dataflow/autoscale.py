@@ -9,7 +9,7 @@ by default). Over the last interval
 it measures the share of time the consumer waited for a result, the share of time the workers
 were busy, and the rate of results. It grows the stage when the consumer waits and the workers
 are busy (toward the worker count that would feed the consumer's own rate, at most doubling per
-step), shrinks it by one when the consumer never waits and at least a worker's worth of time is
+step; processes that wait go there at once, within the queue model's count below), shrinks it by one when the consumer never waits and at least a worker's worth of time is
 idle (the trainer needs those CPUs), and undoes a growth that did not make the stage faster.
 After a change it lets the workers settle for an interval before it measures again.
 
@@ -302,7 +302,9 @@ class Controller:
             step = 1
             if m.demand_per_s and m.delivered_per_s > 0:
                 needed = int(math.ceil(n * m.demand_per_s / m.delivered_per_s))
-                step = max(1, min(needed - n, n))
+                # processes that wait go to the count needed at once (the budget's queue model
+                # bounds it); other workers at most double per step
+                step = max(1, needed - n if self._waits_for_the_queue_model() else min(needed - n, n))
             elif m.wait_share >= 0.9:              # the consumer does nothing but wait: double
                 step = n
             return n + step, "grow: " + shares
@@ -311,6 +313,13 @@ class Controller:
         if m.wait_share < SHRINK_WAIT and idle >= SHRINK_IDLE and n > 1:
             return n - 1, "shrink: {} ({:.1f} workers idle)".format(shares, idle)
         return n, ""
+
+    def _waits_for_the_queue_model(self) -> bool:
+        """Worker processes measured to wait (CPU share at most :data:`FILL_SHARE`) under the
+        system's budget: their count is bounded by the queue model of
+        :func:`~inputpipe.utils.resources.workers_to_fill`."""
+        return self.kind == "processes" and self._share is not None and self._share <= FILL_SHARE and \
+            self.settings.cpu_budget is None and resources.overrides().cpus is None
 
     def _grow_wait(self) -> float:
         """The consumer's wait that makes the stage grow: :data:`GROW_WAIT`, or
@@ -376,7 +385,7 @@ class Controller:
         room = cpus - other_cpus
         allowed = target if self.kind == "actors" else resources.workers_within(room, self._share)
         system_budget = settings.cpu_budget is None and resources.overrides().cpus is None
-        if self.kind == "processes" and system_budget and self._share is not None and self._share <= FILL_SHARE:
+        if self._waits_for_the_queue_model():
             # processes that wait: as many as keep the CPUs busy (their waits do not line up)
             allowed = max(allowed, resources.workers_to_fill(room, self._share, FILL_GOAL, settings.limit(self.kind)))
         idle_growth = self.kind != "actors" and system_budget and m.idle_cpus is not None
