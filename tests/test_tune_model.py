@@ -53,11 +53,11 @@ LARGE = Transport(consumer=90e-6, worker=170e-6, fixed_consumer=25e-6, fixed_wor
 def test_a_map_that_waits_two_thirds_and_computes_in_python_goes_to_processes_past_the_cores():
     # 6 ms of waiting and 3 ms of Python per datapoint, on 2 CPUs: threads share one GIL (3 ms a
     # datapoint: 333/s); processes of a third of a CPU each: 6 would fill 2 CPUs if their waits
-    # lined up, but they do not (563/s in the queue model), 8 reach 95% of the 650/s the CPUs allow
+    # lined up, but they do not (563/s in the queue model), 9 reach 98% of the 650/s the CPUs allow
     chain, costs = a_chain(), costs_of(work=9, cpu=3, gil=3, move=SMALL)
     choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
     (form,) = choice.forms
-    assert (form.kind, form.workers) == (PROCESSES, 8)
+    assert (form.kind, form.workers) == (PROCESSES, 9)
     rates = choice.kind_rates(0)
     assert rates[THREADS] == pytest.approx(1 / (3 * MS + SOURCE + model.THREAD_MESSAGE_SECONDS), rel=0.01)
     assert rates[PROCESSES] == pytest.approx(2 / (3 * MS + 25e-6 + 35e-6 + SOURCE), rel=0.01)
@@ -121,7 +121,7 @@ def test_a_map_whose_datapoints_cannot_cross_to_a_process_never_gets_processes()
 
 def test_processes_are_as_many_as_reach_the_rate_the_cpus_allow_in_the_queue_model():
     """3 ms of Python after ``wait`` ms of waiting, on 2 CPUs: the count is the fewest whose
-    queue-model rate reaches 95% of what the CPUs allow: one per CPU for work that never waits,
+    queue-model rate reaches 98% of what the CPUs allow: one per CPU for work that never waits,
     more than the shares add up to for work that waits (at most 8 per CPU)."""
     counts = {}
     for wait in (0, 1, 3, 6, 12, 30):
@@ -129,7 +129,7 @@ def test_processes_are_as_many_as_reach_the_rate_the_cpus_allow_in_the_queue_mod
         choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
         (counts[wait],) = [forms[0].workers for _, forms in choice.rated if forms[0].kind == PROCESSES]
     # (the shares alone would give 2, 3, 4, 6, 10, 16; 30 ms of waiting is held by the 8 per CPU)
-    assert counts == {0: 2, 1: 4, 3: 6, 6: 8, 12: 12, 30: 15}
+    assert counts == {0: 2, 1: 4, 3: 7, 6: 9, 12: 14, 30: 15}
 
 
 @pytest.mark.parametrize("workers,wait,cpu,cpus,rate", [
@@ -156,7 +156,7 @@ def test_a_map_that_waits_and_computes_in_python_gets_a_split_with_its_code():
     (found,) = split.suggest(chain, costs, choice.forms, 2, None)
     assert (found.stage, found.wait_ms, found.compute_ms) == ("MapData(fetch_and_decode)", pytest.approx(6.0),
                                                              pytest.approx(3.0))
-    assert found.processes == 2 and found.threads >= 4 and found.unsplit_workers == 8
+    assert found.processes == 2 and found.threads >= 4 and found.unsplit_workers == 9
     assert found.expected >= found.unsplit / model.GAIN_NEEDED
     assert found.code.splitlines() == [
         "df = MultiThreadMapData(df, {}, fetch_and_decode_wait, strict=True, ordered=True)      "

@@ -48,7 +48,7 @@ MAX_PROCESSES = 64
 HEADROOM = 1.1
 #: Processes are sized for this share of the rate the CPUs allow them when the CPUs are what
 #: limits (the queue model reaches all of it only with endless workers).
-QUEUE_GOAL = 0.95
+QUEUE_GOAL = 0.98
 #: Worker processes of a CPU share at least this are sized as CPU-bound work (one per CPU): a busy
 #: machine leaves a few percent of a CPU-bound map off a CPU (GIL hand-overs, timer reads), which
 #: read as waiting would add a process that only contends for the CPUs.
