@@ -56,10 +56,10 @@ PIPELINES = {
                      grid=[[(PROCS, n)] for n in (1, 2, 3, 4)], tune={}),
     "cheap map, slow consumer": dict(
         stages=["cheap"], consumer="python", costs={"cheap": 0.1, "consumer": 5.0}, hand=[(PROCS, 8)],
-        grid=[[(PROCS, n)] for n in (1, 2, 8)] + [[(THREADS, 1)]], tune={"consumer_rate": 1000 / 5.0, "cpu_budget": 1}),
+        grid=[[(PROCS, n)] for n in (1, 2, 8)] + [[(THREADS, 1)]], tune={"consumer_rate": 1000 / 5.0}),
     "I/O-like": dict(
         stages=["io_like"], consumer="python", costs={"io_like": 0.05, "consumer": 1.0}, hand=[(THREADS, 2)],
-        grid=[[(THREADS, n)] for n in (2, 4, 8, 16)] + [[(PROCS, 8)]], tune={"consumer_rate": 1000 / 1.0, "cpu_budget": 1}),
+        grid=[[(THREADS, n)] for n in (2, 4, 8, 16)] + [[(PROCS, 8)]], tune={"consumer_rate": 1000 / 1.0}),
     "small dataset, cache": dict(stages=["expensive"], consumer="none", costs={"expensive": 2.0},
                                  hand=[(PROCS, 1)], grid=[[(PROCS, n)] for n in (1, 2, 3)], tune={}),
     "trainer needs the CPU": dict(
@@ -82,7 +82,7 @@ PIPELINES = {
         stages=["heavy_tailed"], consumer="none", costs={"tail_min": 0.3, "tail_max": 30.0}, hand=[(PROCS, 1)],
         tune={}, ordered=True, grid=[[(PROCS, n)] for n in (1, 2, 3, 4)]),
     CHANGING: dict(
-        stages=["changing"], consumer="python", hand=[(PROCS, 2)], tune={"consumer_rate": 1000 / 1.0, "cpu_budget": 1},
+        stages=["changing"], consumer="python", hand=[(PROCS, 2)], tune={"consumer_rate": 1000 / 1.0},
         costs={"cheap_cpu": 1.0, "cheap_wait": 8.0, "dear_cpu": 4.0, "consumer": 1.0},
         phases={"names": ["cheap", "expensive", "cheap"], "seconds": 6.0},
         grid=[[(PROCS, n)] for n in (1, 2, 4, 6, 8, 12)]),

@@ -20,11 +20,9 @@ and ``buffer_size="auto"`` on every parallel stage), (c) the best setting of a g
 the worker counts (and processes vs threads where it matters), (d) tf.data AUTOTUNE on the same
 work (``Dataset.map(tf.numpy_function(same Python function), num_parallel_calls=AUTOTUNE)``
 and ``prefetch(AUTOTUNE)``: how tf.data runs Python code; its threads share the GIL), and
-(e) the configuration ``tune()`` prints for the hand setting (given, as docs/doctor.md asks, the
-consumer's rate where the consumer works and the CPUs it leaves: a CPU budget of 1 where the
-consumer's work at that rate takes one of the 2 CPUs (pipelines 2, 3, 5 and the one whose cost
-changes); for the nested chain, tune() gets the chain inside the runner and its result is put
-back in the runner).
+(e) the configuration ``tune()`` prints for the hand setting (given the consumer's rate where
+the consumer works, and a CPU budget of 1 for pipeline 5, as a user would; for the nested
+chain, tune() gets the chain inside the runner and its result is put back in the runner).
 
 The grid (the hand setting among its points) is searched first, one run per point; then hand,
 auto, the grid's best, tune() and tf.data take turns for ``--repeats`` rounds, in an order that
