@@ -164,14 +164,15 @@ def build_chain(pipeline, config, report_path=None):
 # ------------------------------------------------------------------------------ the child side
 
 def tree_cpu(pid):
-    """CPU seconds so far of process ``pid`` (all its threads) and of all its descendants."""
+    """CPU seconds so far of process ``pid`` (all its threads) and of all its descendants, those
+    that ended and were reaped included (a worker "auto" retired in the window)."""
     tick = os.sysconf("SC_CLK_TCK")
 
-    def own(p):
+    def own(p, reaped=False):
         try:
             with open("/proc/{}/stat".format(p)) as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / tick
+            return sum(int(v) for v in fields[11:15 if reaped else 13]) / tick
         except (OSError, IndexError, ValueError):
             return 0.0
 
@@ -185,10 +186,10 @@ def tree_cpu(pid):
             pass
         return found
 
-    descendants, todo = 0.0, children(pid)
+    descendants, todo = own(pid, reaped=True) - own(pid), children(pid)
     while todo:
         child = todo.pop()
-        descendants += own(child)
+        descendants += own(child, reaped=True)
         todo += children(child)
     return own(pid), descendants
 
