@@ -387,7 +387,7 @@ class Controller:
         system_budget = settings.cpu_budget is None and resources.overrides().cpus is None
         if self._waits_for_the_queue_model():
             # processes that wait: as many as keep the CPUs busy (their waits do not line up)
-            allowed = max(allowed, resources.workers_to_fill(room, self._share, FILL_GOAL, settings.limit(self.kind)))
+            allowed = max(allowed, resources.workers_to_fill(room, self._share or 1.0, FILL_GOAL, settings.limit(self.kind)))
         idle_growth = self.kind != "actors" and system_budget and m.idle_cpus is not None
         if idle_growth and n > max(allowed, settings.min_workers) and self._idle_grown_share is not None and \
                 (self._share or 1.0) < IDLE_SHARE_ROSE * self._idle_grown_share:
