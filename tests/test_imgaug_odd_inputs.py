@@ -13,6 +13,7 @@ import pytest
 
 cv2 = pytest.importorskip("cv2")
 from inputpipe.dataflow import AugmentImageComponent, DataFromList, imgaug  # noqa: E402
+from imgaug_helpers import assert_same_pixels  # noqa: E402
 
 EIGVAL = [55.0, 5.0, 1.0]
 EIGVEC = [[-0.5675, 0.7192, 0.4009], [-0.5808, -0.0045, -0.8140], [-0.5836, -0.6948, 0.4203]]
@@ -214,7 +215,8 @@ def test_more_than_four_channels_are_done_four_at_a_time_with_the_same_pixels():
                 imgaug.WarpAffineTransform(cv2.getRotationMatrix2D((5.0, 4.0), 30, 1.0), (11, 9))):
         out = tfm.apply_image(img)
         expected = np.stack([tfm.apply_image(img[:, :, k]) for k in range(7)], axis=2)
-        np.testing.assert_array_equal(out, expected)
+        # OpenCV 5.1 rounds a float warp of 4 channels and of 1 apart in the last bit
+        assert_same_pixels(out, expected)
     blur = imgaug.GaussianBlur((2, 3))
     blurred = _ready(blur, 5).augment(img)
     assert blurred.shape == img.shape

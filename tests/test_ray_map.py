@@ -169,6 +169,25 @@ def test_the_local_instance_listens_on_loopback_only_and_keeps_its_files_private
         _assert_reachable_from_this_machine_only_with_private_files()
 
 
+def test_the_actors_of_the_local_instance_run_at_the_niceness_of_this_process(ray_instance):
+    # Ray's default (nice 15) starved them on a busy machine: 55 s to start beside 8 busy processes
+    df = RayMapData(Indexed(4), 2, slow_identity, strict=True)
+    df.reset_state()
+    with df:
+        assert [dp[0] for dp in df] == list(range(4))
+        assert [psutil.Process(pid).nice() for pid in df.worker_pids] == [os.nice(0)] * 2
+
+
+def test_the_local_instance_options_merge_the_callers_system_config():
+    from inputpipe.dataflow._ray.runtime import _local_init_options
+
+    assert _local_init_options()["_system_config"] == {"worker_niceness": 0}
+    options = _local_init_options(num_cpus=3, _system_config={"object_timeout_milliseconds": 500})
+    assert options["num_cpus"] == 3
+    assert options["_system_config"] == {"worker_niceness": 0, "object_timeout_milliseconds": 500}
+    assert _local_init_options(_system_config={"worker_niceness": 5})["_system_config"] == {"worker_niceness": 5}
+
+
 @pytest.mark.parametrize("num_actors", [1, 2])
 def test_strict_ordered_epochs_yield_each_datapoint_once_in_source_order(ray_instance, num_actors):
     n = 300

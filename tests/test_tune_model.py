@@ -363,6 +363,33 @@ def test_the_probe_tells_python_work_from_a_sleep():
     assert naps.clock.calls == loops.clock.calls == 0      # nothing timed while the probe was at work
 
 
+
+@pytest.mark.timeout(30)
+def test_the_probe_begins_once_the_maps_were_timed_or_at_its_latest():
+    """On a busy machine the maps' calls come slower than the delay assumed: the probe (during
+    which nothing is timed) waits for them, up to its latest moment; stopped before, it never
+    probes."""
+    calls = {"n": 0}
+    with GilProbe(delay=0.0, ready=lambda: calls["n"] >= 3, latest=20.0) as probe:
+        deadline = time.monotonic() + 10.0
+        while calls["n"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            assert MARKER.probing is False and probe.moments == 0        # not ready: not probing
+            calls["n"] += 1
+        deadline = time.monotonic() + 10.0
+        while probe.moments == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert probe.moments > 0                                          # ready: probing
+    with GilProbe(delay=0.0, ready=lambda: False, latest=0.1) as probe:
+        deadline = time.monotonic() + 10.0
+        while probe.moments == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert probe.moments > 0                                          # never ready: from its latest
+    with GilProbe(delay=0.0, ready=lambda: False) as probe:
+        time.sleep(0.1)
+    assert probe.moments == 0 and not probe.is_alive() and MARKER.probing is False
+
+
 # ------------------------------------------------------------------------------ the transport
 
 @pytest.mark.timeout(60)
@@ -411,4 +438,18 @@ def test_a_thread_clock_takes_the_process_run_queue_waits_out_of_the_work(monkey
     clock["now"] += 0.020
     timed.add(0.010, 0.004)
     assert timed.runqueue_share == 0.99 and timed.per_call()[2] == pytest.approx(0.004)     # the CPU time
+
+
+def test_a_thread_clock_with_only_first_calls_times_the_work_from_them():
+    """The first calls are left out of the time (imports, caches warming), unless no other call
+    was timed: a slow map on a busy machine is then not taken as free."""
+    from inputpipe.dataflow._tuning import chain as _tune_chain
+
+    timed = _tune_chain.ThreadClock()
+    assert timed.per_call() == (0.0, 0.0, 0.0)
+    timed.add(0.030, 0.010)
+    timed.add(0.010, 0.010)
+    assert timed.counted == 0 and timed.per_call()[:2] == (pytest.approx(0.020), pytest.approx(0.010))
+    timed.add(0.004, 0.004)
+    assert timed.counted == 1 and timed.per_call()[:2] == (pytest.approx(0.004), pytest.approx(0.004))
 

@@ -220,6 +220,7 @@ class ThreadClock:
         self._first: Optional[tuple] = None     # (perf, runqueue) of the first sample
         self._last: Optional[tuple] = None
         self._next_sample = 0.0
+        self._first_calls = (0.0, 0.0)          # (wall, CPU) of the calls not counted
 
     def add(self, wall: float, cpu: float) -> None:
         if MARKER.probing:                       # the GIL probe perturbs what it would measure
@@ -228,6 +229,8 @@ class ThreadClock:
         if self.calls > _SKIPPED_CALLS:
             self.wall += wall
             self.cpu += cpu
+        else:
+            self._first_calls = (self._first_calls[0] + wall, self._first_calls[1] + cpu)
         now = time.perf_counter()
         if now >= self._next_sample:
             self._next_sample = now + _SCHEDSTAT_EVERY
@@ -250,10 +253,14 @@ class ThreadClock:
 
     def per_call(self) -> tuple:
         """``(wall, cpu, work)`` seconds per call: ``work`` is the wall time without the time spent
-        waiting for a CPU (at least the CPU time)."""
-        if not self.counted:
+        waiting for a CPU (at least the CPU time). From the first calls (imports, caches warming)
+        only when no other was timed (a slow call on a busy machine)."""
+        if self.counted:
+            wall, cpu = self.wall / self.counted, self.cpu / self.counted
+        elif self.calls:
+            wall, cpu = self._first_calls[0] / self.calls, self._first_calls[1] / self.calls
+        else:
             return 0.0, 0.0, 0.0
-        wall, cpu = self.wall / self.counted, self.cpu / self.counted
         return wall, cpu, max(cpu, wall * (1.0 - self.runqueue_share))
 
 

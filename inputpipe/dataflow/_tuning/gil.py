@@ -28,7 +28,7 @@ Example::
 import collections
 import random
 import time
-from typing import Any, Deque, List, Optional, Tuple
+from typing import Any, Callable, Deque, List, Optional, Tuple
 
 from ...utils import resources
 from ...utils.compat import native_thread_id
@@ -46,6 +46,8 @@ HELD_AFTER = 0.00015
 HOLDER_QUEUED = HELD_AFTER / 2
 #: A function's GIL share is known once this many moments fell in its calls.
 MIN_MOMENTS = 20
+#: Seconds between two looks at whether the probe may begin (``ready``).
+READY_POLL = 0.01
 
 
 class _Marker:
@@ -78,19 +80,24 @@ MARKER = _Marker()
 
 
 class GilProbe(StoppableThread):
-    """The probe thread (see the module doc), at work from ``delay`` seconds after it starts until
-    it stops; a context manager that starts and stops it. Each moment adds to ``gil_moments`` and,
-    when held, ``gil_held`` of the function running at it.
+    """The probe thread (see the module doc), at work from ``delay`` seconds after it starts once
+    ``ready()`` is true (the maps' times were taken: on a busy machine the calls come slower than
+    the delay assumed), or from ``latest`` seconds after it starts regardless, until it stops; a
+    context manager that starts and stops it. Each moment adds to ``gil_moments`` and, when held,
+    ``gil_held`` of the function running at it.
 
     Example::
 
-        with GilProbe(delay=2.0):
+        with GilProbe(delay=2.0, ready=lambda: timed_func.clock.counted >= 5, latest=2.5):
             profile(flow, seconds)
     """
 
-    def __init__(self, delay: float = 0.0, period: float = PROBE_PERIOD, seed: int = 0):
+    def __init__(self, delay: float = 0.0, period: float = PROBE_PERIOD, seed: int = 0,
+                 ready: Callable[[], bool] = lambda: True, latest: Optional[float] = None):
         super().__init__(name="inputpipe-gil-probe")
         self.delay = delay
+        self.ready = ready
+        self.latest = max(delay, latest) if latest is not None else None
         self.period = period
         self._rng = random.Random(seed)
         self._moment = 0.0               # the next moment (time.perf_counter())
@@ -112,8 +119,12 @@ class GilProbe(StoppableThread):
         return 0.0 if found is None else found[1]
 
     def run(self) -> None:
+        started = time.monotonic()
         if self.wait_stopped(self.delay):
             return
+        while not self.ready() and (self.latest is None or time.monotonic() - started < self.latest):
+            if self.wait_stopped(READY_POLL):
+                return
         MARKER.probing = True
         try:
             self._probe()

@@ -125,7 +125,7 @@ def measure(report: object, chain: Chain, borrowed: Borrowed, timed: Sequence[Op
     base_path = "df" + ".ds" * len(chain.units)
     # The measuring thread's times without its waits for a CPU (other programs' load), as the maps' work
     running = 1.0 - borrowed.clock.runqueue_share
-    if borrowed.clock.counted:
+    if borrowed.clock.calls:
         # the base's next() as timed around it, as the maps' calls are: its time in the profile also
         # holds the timing's own bookkeeping (reading every thread's schedstat now and then, a
         # file read that lets other threads take the GIL), hundreds of us a datapoint under load
@@ -143,7 +143,7 @@ def measure(report: object, chain: Chain, borrowed: Borrowed, timed: Sequence[Op
         cost = UnitCost(own=stage.own_seconds * running / out, calls=below.datapoints / out)
         cost.own_cpu = cost.own
         func = timed[k]
-        if func is not None and func.clock.counted:
+        if func is not None and func.clock.calls:
             call_wall, call_cpu, call_work = func.clock.per_call()
             cost.work, cost.cpu = call_work * cost.calls, call_cpu * cost.calls
             share = func.gil_share()
