@@ -365,12 +365,9 @@ def test_the_probe_tells_python_work_from_a_sleep():
 
 
 @pytest.mark.timeout(30)
-def test_the_probe_begins_once_the_maps_were_timed_or_at_its_latest():
-    """On a busy machine the maps' calls come slower than the delay assumed: the probe (during
-    which nothing is timed) waits for them, up to its latest moment; stopped before, it never
-    probes."""
+def test_the_probe_begins_once_it_is_ready_and_stopped_before_never_probes():
     calls = {"n": 0}
-    with GilProbe(delay=0.0, ready=lambda: calls["n"] >= 3, latest=20.0) as probe:
+    with GilProbe(delay=0.0, ready=lambda: calls["n"] >= 3) as probe:
         deadline = time.monotonic() + 10.0
         while calls["n"] < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -380,14 +377,40 @@ def test_the_probe_begins_once_the_maps_were_timed_or_at_its_latest():
         while probe.moments == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert probe.moments > 0                                          # ready: probing
-    with GilProbe(delay=0.0, ready=lambda: False, latest=0.1) as probe:
-        deadline = time.monotonic() + 10.0
-        while probe.moments == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert probe.moments > 0                                          # never ready: from its latest
     with GilProbe(delay=0.0, ready=lambda: False) as probe:
         time.sleep(0.1)
     assert probe.moments == 0 and not probe.is_alive() and MARKER.probing is False
+
+
+def test_the_probe_waits_for_every_map_to_be_timed_or_at_its_latest_for_one_call_of_each(monkeypatch):
+    """On a busy machine the maps' calls come slower than the probe's delay assumed (while it is
+    at work, none is timed): it waits for 5 timed calls of each map, or from its latest moment on
+    for one (a map behind a filter); a map not timed at all holds it back."""
+    from inputpipe.dataflow._tuning import chain as _tune_chain
+    from inputpipe.dataflow._tuning import gil
+
+    now = {"t": 100.0}
+
+    class FakeTime:                          # the module's clock, not the process' one
+        @staticmethod
+        def monotonic():
+            return now["t"]
+
+    monkeypatch.setattr(gil, "time", FakeTime)
+    often, rarely = _tune_chain.ThreadClock(), _tune_chain.ThreadClock()
+    ready = gil.maps_timed([often, rarely], 5, latest=2.0)
+    for _ in range(7):
+        often.add(0.001, 0.001)
+    assert often.counted == 5 and not ready()
+    now["t"] += 3.0                                   # past the latest moment: one call of each
+    assert not ready()
+    rarely.add(0.004, 0.004)
+    assert rarely.counted == 0 and ready()
+    now["t"] -= 3.0
+    assert not ready()
+    for _ in range(6):
+        rarely.add(0.004, 0.004)
+    assert ready()                                    # 5 timed calls of each, before the latest
 
 
 # ------------------------------------------------------------------------------ the transport

@@ -31,7 +31,7 @@ from ._tuning.chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Chain, Form,
 from ._tuning import split
 from ._tuning import transport
 from ._tuning.code import render
-from ._tuning.gil import GilProbe
+from ._tuning.gil import GilProbe, maps_timed
 from ._tuning.split import Split
 from .base import DataFlow
 from .profiling import ProfileReport, _kind_of, _stage_name, profile
@@ -56,7 +56,7 @@ SERIAL_CHECK_BELOW = 1.5
 GIL_PROBE_AFTER = 0.6
 #: ... once each map function's time was taken over this many calls (a busy machine makes them
 #: slower than the window assumed; while the probe is at work, none is timed), or after this
-#: share regardless (a map behind a filter that lets few datapoints through).
+#: share once each was timed at all (a map behind a filter that lets few datapoints through).
 TIMED_CALLS_BEFORE_PROBE = 5
 GIL_PROBE_LATEST = 0.85
 
@@ -447,10 +447,9 @@ def _measure(chain: Chain, seconds: float, warmup: float, stall_timeout: float) 
     timed = [TimedFunc(u.func) if u.kind == WORK and u.func is not None else None for u in chain.units]
     flow, borrowed = build(chain, [Form() for _ in chain.units], timed)
     try:
-        counted = [t.clock for t in timed if t is not None]
         with GilProbe(delay=warmup + GIL_PROBE_AFTER * seconds / 2,
-                      ready=lambda: all(clock.counted >= TIMED_CALLS_BEFORE_PROBE for clock in counted),
-                      latest=warmup + GIL_PROBE_LATEST * seconds / 2):
+                      ready=maps_timed([t.clock for t in timed if t is not None], TIMED_CALLS_BEFORE_PROBE,
+                                         warmup + GIL_PROBE_LATEST * seconds / 2)):
             measured = profile(flow, seconds / 2, warmup=warmup, stall_timeout=stall_timeout)
     finally:
         _close(flow)

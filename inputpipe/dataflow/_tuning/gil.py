@@ -28,13 +28,13 @@ Example::
 import collections
 import random
 import time
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
 
 from ...utils import resources
 from ...utils.compat import native_thread_id
 from ...utils.concurrency import StoppableThread
 
-__all__ = ["GilProbe", "MARKER", "MIN_MOMENTS"]
+__all__ = ["GilProbe", "MARKER", "MIN_MOMENTS", "maps_timed"]
 
 #: Mean seconds between two moments of the probe.
 PROBE_PERIOD = 0.001
@@ -82,22 +82,20 @@ MARKER = _Marker()
 class GilProbe(StoppableThread):
     """The probe thread (see the module doc), at work from ``delay`` seconds after it starts once
     ``ready()`` is true (the maps' times were taken: on a busy machine the calls come slower than
-    the delay assumed), or from ``latest`` seconds after it starts regardless, until it stops; a
-    context manager that starts and stops it. Each moment adds to ``gil_moments`` and, when held,
-    ``gil_held`` of the function running at it.
+    the delay assumed), until it stops; a context manager that starts and stops it. Each moment
+    adds to ``gil_moments`` and, when held, ``gil_held`` of the function running at it.
 
     Example::
 
-        with GilProbe(delay=2.0, ready=lambda: timed_func.clock.counted >= 5, latest=2.5):
+        with GilProbe(delay=2.0, ready=lambda: timed_func.clock.counted >= 5):
             profile(flow, seconds)
     """
 
     def __init__(self, delay: float = 0.0, period: float = PROBE_PERIOD, seed: int = 0,
-                 ready: Callable[[], bool] = lambda: True, latest: Optional[float] = None):
+                 ready: Callable[[], bool] = lambda: True):
         super().__init__(name="inputpipe-gil-probe")
         self.delay = delay
         self.ready = ready
-        self.latest = max(delay, latest) if latest is not None else None
         self.period = period
         self._rng = random.Random(seed)
         self._moment = 0.0               # the next moment (time.perf_counter())
@@ -119,10 +117,9 @@ class GilProbe(StoppableThread):
         return 0.0 if found is None else found[1]
 
     def run(self) -> None:
-        started = time.monotonic()
         if self.wait_stopped(self.delay):
             return
-        while not self.ready() and (self.latest is None or time.monotonic() - started < self.latest):
+        while not self.ready():
             if self.wait_stopped(READY_POLL):
                 return
         MARKER.probing = True
@@ -183,3 +180,22 @@ class GilProbe(StoppableThread):
                     holder.gil_held += held
             first = False
             self._moment += self._rng.uniform(0.0, 2.0 * self.period)
+
+
+def maps_timed(clocks: Sequence[Any], calls: int, latest: float) -> Callable[[], bool]:
+    """A ``ready`` for :class:`GilProbe`: true once every clock (a map's ``ThreadClock``) has
+    timed ``calls`` calls, or, from ``latest`` seconds on, at least one (a map behind a filter that
+    lets few datapoints through). A map not timed at all holds the probe back: its time is worth
+    more than its GIL share, which without the probe is taken as all of its CPU.
+
+    Example::
+
+        GilProbe(delay=1.0, ready=maps_timed([timed_func.clock], 5, latest=2.0))
+    """
+    latest_at = time.monotonic() + latest
+
+    def ready() -> bool:
+        if all(clock.counted >= calls for clock in clocks):
+            return True
+        return time.monotonic() >= latest_at and all(clock.calls >= 1 for clock in clocks)
+    return ready
