@@ -70,7 +70,7 @@ def _local_init_options(**overrides: Any) -> Dict[str, Any]:
             p for p in [os.getcwd()] + sys.path if p and os.path.isdir(p))}},
         # Ray runs its workers at nice 15 (below the driver); the actors here are the pipeline's
         # workers, as a process pool's are, and at nice 15 a busy machine starves them: their start
-        # took 55 s beside 8 busy processes on 2 CPUs, 2 s at nice 0
+        # took 55 s beside 8 busy processes on 2 CPUs, 2.4 s at nice 0
         _system_config={"worker_niceness": 0},
     )
     system_config = dict(options["_system_config"], **(overrides.pop("_system_config", None) or {}))
