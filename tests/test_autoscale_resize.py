@@ -30,19 +30,22 @@ class RandomCounts:
     """A scripted policy: at each decision, with probability ``p``, a worker count drawn from
     1..``most`` (a seeded RNG: the same moments on every run of the test)."""
 
-    def __init__(self, seed, most=4, p=0.3):
+    def __init__(self, seed, most=4, p=0.3, least=1):
         self.rng = random.Random(seed)
         self.most = most
+        self.least = least
         self.p = p
         self.decisions = 0
 
     def __call__(self, measurement):
         self.decisions += 1
-        return self.rng.randint(1, self.most) if self.rng.random() < self.p else None
+        return self.rng.randint(self.least, self.most) if self.rng.random() < self.p else None
 
 
-def resized(seed, most=4, p=0.3):
-    return Autoscale(interval=0, settle_intervals=0, policy=RandomCounts(seed, most, p), cpu_budget=most)
+def resized(seed, most=4, p=0.3, least=1):
+    """Random counts from ``least`` to ``most``; 0 maps in the consumer's thread."""
+    return Autoscale(interval=0, settle_intervals=0, policy=RandomCounts(seed, most, p, least), cpu_budget=most,
+                     min_workers=least)
 
 
 def identity(dp):
@@ -156,10 +159,11 @@ def test_simulated_resizes_keep_continuous_streams_whole(ordered):
 
 # ---------------------------------------------------------------------------- real workers
 
+@pytest.mark.parametrize("least", [1, 0], ids=["workers", "also-inline"])
 @pytest.mark.parametrize("cls", [MultiThreadMapData, MultiProcessMapData])
 @pytest.mark.parametrize("ordered", [True, False])
-def test_strict_maps_resized_at_random_moments_yield_each_datapoint_once(cls, ordered):
-    df = cls(Indexed(300), resized(1), numbered_array, strict=True, ordered=ordered, buffer_size="auto")
+def test_strict_maps_resized_at_random_moments_yield_each_datapoint_once(cls, ordered, least):
+    df = cls(Indexed(300), resized(1, least=least), numbered_array, strict=True, ordered=ordered, buffer_size="auto")
     df.reset_state()
     with df:
         for _ in range(3):
@@ -171,11 +175,15 @@ def test_strict_maps_resized_at_random_moments_yield_each_datapoint_once(cls, or
         stats = df.worker_stats()
         assert any(not s["active"] for s in stats) and sum(s["active"] for s in stats) == df.num_workers
         assert df.num_workers == df.worker_count_history()[-1].workers
+        if least == 0:          # the consumer's thread mapped some, at 0 workers
+            assert 0 in [c.workers for c in df.worker_count_history()]
+            assert 0 < df._inline.items < 900 and sum(s["items"] for s in stats) + df._inline.items == 900
 
 
+@pytest.mark.parametrize("least", [1, 0], ids=["workers", "also-inline"])
 @pytest.mark.parametrize("cls", [MultiThreadMapData, MultiProcessMapData])
-def test_continuous_maps_resized_at_random_moments_lose_and_repeat_nothing(cls):
-    df = cls(Indexed(100), resized(2), identity, buffer_size=30)
+def test_continuous_maps_resized_at_random_moments_lose_and_repeat_nothing(cls, least):
+    df = cls(Indexed(100), resized(2, least=least), identity, buffer_size=30)
     df.reset_state()
     with df:
         stream = [dp[0] for dp in itertools.islice(df, 400)]      # one iterator: it never ends
@@ -185,9 +193,10 @@ def test_continuous_maps_resized_at_random_moments_lose_and_repeat_nothing(cls):
     assert changes(df) > 20
 
 
-def test_map_and_batch_resized_at_random_moments_keeps_whole_batches():
-    df = MultiProcessMapAndBatchData(Indexed(203), resized(3), numbered_array, batch_size=10, strict=True,
-                                     ordered=True)
+@pytest.mark.parametrize("least", [1, 0], ids=["workers", "also-inline"])
+def test_map_and_batch_resized_at_random_moments_keeps_whole_batches(least):
+    df = MultiProcessMapAndBatchData(Indexed(203), resized(3, least=least), numbered_array, batch_size=10,
+                                     strict=True, ordered=True)
     df.reset_state()
     with df:
         for _ in range(2):
@@ -228,8 +237,10 @@ def test_set_num_workers_from_another_thread_while_iterating():
 
 def test_set_num_workers_checks_its_argument_and_applies_before_the_start():
     df = MultiThreadMapData(Indexed(10), 2, identity, strict=True, ordered=True)
-    with pytest.raises(ValueError, match=r"MultiThreadMapData.set_num_workers: num must be an int >= 1, got 0"):
-        df.set_num_workers(0)
+    with pytest.raises(ValueError, match=r"MultiThreadMapData.set_num_workers: num must be an int >= 0, got -1"):
+        df.set_num_workers(-1)
+    with pytest.raises(ValueError, match=r"MultiThreadRunner.set_num_workers: num must be an int >= 1, got 0"):
+        MultiThreadRunner(lambda: Indexed(3), 2, 4).set_num_workers(0)
     df.set_num_workers(3)
     df.reset_state()
     with df:
@@ -390,6 +401,8 @@ def test_any_sequence_of_worker_counts_gives_the_same_datapoints_under_a_global_
     assert len({dp[1] for dp in pinned}) > 15                  # the draws differ from datapoint to datapoint
     for seed in (7, 8):
         assert run(kind, ordered, resized(seed), 60) == pinned, "policy seed {}".format(seed)
+        # 0 workers at times: the consumer's thread maps those, seeded as a worker would
+        assert run(kind, ordered, resized(seed, least=0), 60) == pinned, "policy seed {}, with 0".format(seed)
 
 
 @pytest.mark.parametrize("kind", ["threads", "processes"])
@@ -402,7 +415,7 @@ def test_state_taken_while_resizing_resumes_the_same_stream(kind, ordered):
         full = [canon(dp) for dp in take(epochs(reference), 80)]
     for cut in (1, 13, 20, 27):
         seeding.set_global_seed(SEED)
-        first = make(kind, ordered, resized(20 + cut))
+        first = make(kind, ordered, resized(20 + cut, least=cut % 2))
         first.reset_state()
         with first:
             itr = epochs(first)
@@ -411,7 +424,7 @@ def test_state_taken_while_resizing_resumes_the_same_stream(kind, ordered):
             text = json.dumps(first.get_state())
             itr.close()
         seeding.set_global_seed(OTHER_SEED)
-        second = make(kind, ordered, resized(40 + cut))
+        second = make(kind, ordered, resized(40 + cut, least=0))
         second.reset_state()
         second.set_state(json.loads(text))
         with second:
@@ -486,8 +499,8 @@ def identity(dp):
     return dp
 
 if __name__ == "__main__":
-    counts = itertools.cycle([1, 4])         # workers added and retired at every decision
-    df = MultiProcessMapData(Forever(), Autoscale(interval=0, settle_intervals=0, cpu_budget=4,
+    counts = itertools.cycle([1, 0, 4])      # workers added, parked (0: the consumer maps) and retired
+    df = MultiProcessMapData(Forever(), Autoscale(interval=0, settle_intervals=0, cpu_budget=4, min_workers=0,
                                                   policy=lambda m: next(counts)), identity, buffer_size=8)
     df.reset_state()
     for k, dp in enumerate(df):

@@ -50,6 +50,7 @@ from typing import Any, Deque, Optional, Tuple
 from ..utils import resources
 from ..utils.cpu_idle import IdleCpus
 from ..utils.logger import get_logger
+from ._parallel.inline_policy import REASON as INLINE_REASON, InlinePolicy
 from ._parallel.autoscale_settings import (AUTO, BUDGET_REFRESH, START_WORKERS, WORKERS_PER_CPU, Autoscale,
                                            Measurement, WorkerCountChange, auto_stages, buffer_setting, stage_name,
                                            worker_count)
@@ -126,8 +127,9 @@ FILL_SHARE = 0.75
 FILL_GOAL = 0.98
 
 
-#: ``(time, waited, busy seconds, items, CPU seconds, run-queue seconds)``, cumulative.
-_Sample = Tuple[float, float, float, int, Optional[float], Optional[float]]
+#: ``(time, waited, busy seconds, items, CPU seconds, run-queue seconds, the consumer's own
+#: seconds)``, cumulative.
+_Sample = Tuple[float, float, float, int, Optional[float], Optional[float], float]
 
 
 # ------------------------------------------------------------------------------------- the stages
@@ -186,6 +188,8 @@ class Controller:
         self._idle_grown_share: Optional[float] = None   # the share when it last grew on idle CPUs
         self._growing_on_idle = False            # the change being made grows past the shares
         self._last_change_on_idle = False        # ... and the last change did
+        #: The moves to and from 0 workers (a map with ``min_workers=0``), else None.
+        self._inline = InlinePolicy() if settings.min_workers == 0 and getattr(stage, "_maps_inline", False) else None
         self._base = self._sample()
         self._share_base = self._base             # the sample the CPU share is measured from
         self.due = self._base[0] + settings.interval
@@ -195,17 +199,18 @@ class Controller:
 
     # -- measuring ------------------------------------------------------------------------------
     def _sample(self) -> _Sample:
-        """``(time, waited, busy seconds, items, CPU seconds, run-queue seconds)`` of the stage,
-        cumulative."""
+        """``(time, waited, busy seconds, items, CPU seconds, run-queue seconds, the consumer's
+        own seconds)`` of the stage, cumulative."""
         busy, items = self.stage._scaling_counters()
         cpu, queued = self.stage._scaling_cpu()
-        return _monotonic(), self.stage._waited, busy, items, cpu, queued
+        return _monotonic(), self.stage._waited, busy, items, cpu, queued, getattr(self.stage, "_consumer_seconds", 0.0)
 
     def _measure(self, now: _Sample) -> Measurement:
-        t0, waited0, busy0, items0, cpu0, queued0 = self._base
-        t1, waited1, busy1, items1, cpu1, queued1 = now
+        t0, waited0, busy0, items0, cpu0, queued0, own0 = self._base
+        t1, waited1, busy1, items1, cpu1, queued1, own1 = now
         seconds = max(t1 - t0, 1e-9)
         workers = self.stage._active_workers()
+        slots = max(workers, 1)                  # (0 workers: the consumer's thread maps)
         waited = min(max(waited1 - waited0, 0.0), seconds)
         items = max(items1 - items0, 0)
         busy = max(busy1 - busy0, 0.0)
@@ -215,19 +220,23 @@ class Controller:
         memory, self._per_worker_memory = self.stage._scaling_memory()
         return Measurement(
             seconds=seconds, workers=workers, wait_share=waited / seconds,
-            busy_share=min(1.0, busy / (seconds * workers)), delivered_per_s=items / seconds,
+            busy_share=min(1.0, busy / (seconds * slots)), delivered_per_s=items / seconds,
             demand_per_s=items / working if items and working > 1e-3 else None,
             task_seconds=busy / items if items else None,
             cpus_used=None if cpu is None else cpu / seconds, memory_bytes=memory, cpu_share=self._measure_share(now),
-            working_share=None if queued is None else max(0.0, min(1.0, (busy - queued) / (seconds * workers))),
-            idle_cpus=self._idle.sample())
+            working_share=None if queued is None else max(0.0, min(1.0, (busy - queued) / (seconds * slots))),
+            idle_cpus=self._idle.sample(), consumer_seconds=(own1 - own0) / items if items and own1 > own0 else None)
 
     def _measure_share(self, now: _Sample) -> Optional[float]:
         """The workers' CPU share since it was last measured, once they have worked
         :data:`SHARE_MIN_BUSY_SECONDS` each since then (None before)."""
-        _, _, busy0, _, cpu0, queued0 = self._share_base
-        _, _, busy1, _, cpu1, queued1 = now
-        if cpu0 is None or cpu1 is None or busy1 - busy0 < SHARE_MIN_BUSY_SECONDS * self.stage._active_workers():
+        _, _, busy0, _, cpu0, queued0, _ = self._share_base
+        _, _, busy1, _, cpu1, queued1, _ = now
+        workers = self.stage._active_workers()
+        if workers == 0:                         # the consumer's thread maps: no worker's share to measure
+            self._share_base = now
+            return None
+        if cpu0 is None or cpu1 is None or busy1 - busy0 < SHARE_MIN_BUSY_SECONDS * workers:
             return None
         queued = max(0.0, queued1 - queued0) if queued0 is not None and queued1 is not None else 0.0
         self._share_base = now
@@ -298,6 +307,12 @@ class Controller:
         undone = self._undo_if_unhelpful(m)
         if undone is not None:
             return undone
+        if self._inline is not None:
+            # (0 workers is tried once the count has held for a few intervals: it is compared with them)
+            move = self._inline.decide(m, self.stage, self.decisions, self._rate_at_count(),
+                                       settled=len(self._at_count) >= BEFORE_INTERVALS)
+            if move is not None:
+                return move
         if m.wait_share >= self._grow_wait() and m.busy_share >= GROW_BUSY:
             step = 1
             if m.demand_per_s and m.delivered_per_s > 0:
@@ -448,8 +463,8 @@ class Controller:
             self._last_change, self._looked = None, None
             rate_before = self._rate_at_count()
             self._at_count.clear()
-            if m is not None and not reason.startswith(("undo", "shrink: memory", "shrink: CPU budget")):
-                # (a shrink to the budget is not undone)
+            if m is not None and not reason.startswith(("undo", "shrink: memory", "shrink: CPU budget", INLINE_REASON)):
+                # (a shrink to the budget is not undone; the moves to and from 0 workers judge themselves)
                 self._last_change = (before, after, rate_before or m.delivered_per_s, _cpu_per_result(m))
                 self._last_change_on_idle = self._growing_on_idle
             self.claimed_cpus = self._charge(after)

@@ -36,7 +36,9 @@ from ..utils.logger import get_logger
 from ..utils.resources import process_anon_share, process_memory, process_schedstat, thread_schedstat
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 # the scheduler lives in ._parallel.map_scheduler; tensorpack-era code imports these from here
-from ._parallel.map_scheduler import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, _ParallelMapBase  # noqa: F401
+from ._parallel.inline_map import as_sent_by_a_process, global_rngs_kept
+from ._parallel.map_scheduler import _ParallelMapBase
+from ._parallel.map_task import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments  # noqa: F401
 from ._parallel.resizable import WorkerClocks
 from .autoscale import AUTO, worker_count
 from .base import DataFlow, call_len
@@ -116,6 +118,7 @@ class MultiThreadMapData(_ParallelMapBase):
     """
 
     _worker_kind = "threads"
+    _maps_inline = True
 
     def __init__(self, ds: DataFlow, num_thread: Any = None,
                  map_func: Optional[Callable[[Any], Any]] = None, *old_positional: Any,
@@ -170,7 +173,11 @@ class MultiThreadMapData(_ParallelMapBase):
                 for t in self._threads]
 
     def _scaling_cpu(self) -> Tuple[Optional[float], Optional[float]]:
-        return self._clocks.total([t.native_id for t in self._threads if t.native_id is not None and t.is_alive()])
+        return self._with_inline_cpu(self._clocks.total(
+            [t.native_id for t in self._threads if t.native_id is not None and t.is_alive()]))
+
+    def _map_inline(self, payload: Any, ticket: List[int]) -> Any:
+        return _apply(self.map_func, None, payload, ticket, reseed_global=False)   # as in a thread
 
     def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
         return self._threads[rank].name, None
@@ -276,6 +283,7 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
     """
 
     _batch_size: Optional[int] = None
+    _maps_inline = True
 
     def __init__(self, ds: DataFlow, num_proc: Any = None, map_func: Optional[Callable[[Any], Any]] = None,
                  *old_positional: Any, buffer_size: Any = _DEFAULT_BUFFER_SIZE, strict: bool = False,
@@ -338,7 +346,14 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         return [dict(stats, active=stats["rank"] in active) for stats in self._pool.worker_stats()]
 
     def _scaling_cpu(self) -> Tuple[Optional[float], Optional[float]]:
-        return self._clocks.total(self._pool.pids)
+        return self._with_inline_cpu(self._clocks.total(self._pool.pids))
+
+    def _map_inline(self, payload: Any, ticket: List[int]) -> Any:
+        # as in a worker process: the global RNGs seeded for each datapoint (the consumer's own
+        # states kept), the result through the wire format
+        with global_rngs_kept():
+            result = _apply(self.map_func, self._batch_size, payload, ticket, reseed_global=True)
+        return as_sent_by_a_process(result)
 
     def _workers_memory(self, precise: bool) -> Tuple[int, int]:
         read = process_anon_share if precise else process_memory

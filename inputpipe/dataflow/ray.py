@@ -38,7 +38,8 @@ from .base import DataFlow, DataFlowReentrantGuard
 from ._parallel.resizable import ResizableStage
 from .autoscale import AUTO, WorkerCountChange, worker_count
 from .parallel import _check_positive
-from ._parallel.map_scheduler import _DEFAULT_BUFFER_SIZE, _ParallelMapBase, nbytes
+from ._parallel.map_scheduler import _ParallelMapBase
+from ._parallel.map_task import _DEFAULT_BUFFER_SIZE, nbytes
 from .parallel_map import MultiProcessMapAndBatchData
 
 __all__ = ["RayMapData", "RayMapAndBatchData", "RayShardedData", "start_local_ray"]

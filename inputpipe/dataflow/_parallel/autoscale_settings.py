@@ -52,8 +52,10 @@ class Measurement(NamedTuple):
     ``cpu_share`` (the share of the workers' working time spent on a CPU, without their waits for
     a CPU held by other work; None when not measured: see
     :func:`inputpipe.utils.resources.cpu_share`) and ``working_share`` (``busy_share`` without
-    the workers' waits for a CPU; None when those are not known) and ``idle_cpus`` (CPUs of the
-    process left unused over the interval, by any program: :mod:`inputpipe.utils.cpu_idle`)."""
+    the workers' waits for a CPU; None when those are not known), ``idle_cpus`` (CPUs of the
+    process left unused over the interval, by any program: :mod:`inputpipe.utils.cpu_idle`) and
+    ``consumer_seconds`` (the consumer's own time per result, between taking one and asking for
+    the next: measured where the stage may map in the consumer's thread, else None)."""
     seconds: float
     workers: int
     wait_share: float
@@ -66,6 +68,7 @@ class Measurement(NamedTuple):
     cpu_share: Optional[float] = None
     working_share: Optional[float] = None
     idle_cpus: Optional[float] = None
+    consumer_seconds: Optional[float] = None
 
 
 class Autoscale:
@@ -77,6 +80,10 @@ class Autoscale:
         start: workers at start (default one under a memory budget, since the size of the
             datapoints is not known yet; else ``min(2, budget)``).
         min_workers, max_workers: the range of the count (default 1 and the budget's).
+            ``min_workers=0`` (the parallel maps only) lets the controller map in the consumer's
+            thread when its measurements say that is faster than the workers (a cheap map whose
+            results cost more to move than to make): ``map_func`` then also runs in this
+            process (see :mod:`~inputpipe.dataflow.autoscale`).
         cpu_budget, memory_budget: a budget of this stage's own, in CPUs and bytes, instead of
             its share of the process' one (:func:`inputpipe.utils.resources.set_budget`, shared
             by every auto stage of the process).
@@ -99,9 +106,11 @@ class Autoscale:
         for name, value, optional in (("start", start, True), ("min_workers", min_workers, False),
                                       ("max_workers", max_workers, True), ("cpu_budget", cpu_budget, True),
                                       ("memory_budget", memory_budget, True)):
-            if not (optional and value is None) and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError("Autoscale: {} must be an int >= 1{}, got {!r}".format(
-                    name, " or None" if optional else "", value))
+            least = 0 if name == "min_workers" else 1
+            if not (optional and value is None) and (not isinstance(value, int) or isinstance(value, bool) or
+                                                     value < least):
+                raise ValueError("Autoscale: {} must be an int >= {}{}, got {!r}".format(
+                    name, least, " or None" if optional else "", value))
         if max_workers is not None and max_workers < min_workers:
             raise ValueError("Autoscale: max_workers ({}) is below min_workers ({})".format(max_workers, min_workers))
         if policy is not None and not callable(policy):
@@ -120,7 +129,8 @@ class Autoscale:
         self._read_at: Optional[float] = None
 
     def __repr__(self) -> str:
-        return "Autoscale(interval={}, start={}, max_workers={})".format(self.interval, self.start, self.max_workers)
+        return "Autoscale(interval={}, start={}, min_workers={}, max_workers={})".format(
+            self.interval, self.start, self.min_workers, self.max_workers)
 
     def cpus(self) -> int:
         """The CPU budget: this stage's, else :func:`~inputpipe.utils.resources.set_budget`'s,
@@ -163,7 +173,7 @@ class Autoscale:
         else:
             free = self.cpus() - (claimed_cpus if kind != "actors" else 0.0)
             count = min(START_WORKERS, int(math.floor(free + 1e-9)))
-        return max(self.min_workers, min(count, self.limit(kind)))
+        return max(1, self.min_workers, min(count, self.limit(kind)))
 
 
 def worker_count(component: str, name: str, value: Any) -> Union[int, Autoscale]:

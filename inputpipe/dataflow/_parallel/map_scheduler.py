@@ -16,24 +16,23 @@ Example::
 import collections
 import math
 import time
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 
-from ...utils.arguments import no_other_arguments, renamed_argument, warn_deprecated
 from ...utils.concurrency import POLL_INTERVAL
 from ...utils.errors import WorkerError
-from ...utils.seeding import datapoint_context, derive_seed, new_rng
+from ...utils.seeding import new_rng
 from .._core.helpers import close_iterators
-from .map_position import MapPosition, checked_map_state
-from .._core.state import StatePlan, check_input_state
+from .inline_map import INLINE, InlineMapper
+from .map_position import MapPosition
+from .map_resume import ResumableMap
+from .map_task import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, nbytes  # noqa: F401 (imported from here)
 from .resizable import ResizableStage
-from ..autoscale import AUTO, buffer_setting, worker_count
+from ..autoscale import AUTO, buffer_setting
 from ..base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow,
-                   empty_passes_mean_stuck, empty_passes_text, get_length, raise_if_stopping)
-from ..batch import BatchBuilder
+                   empty_passes_mean_stuck, empty_passes_text, raise_if_stopping)
 
-_DEFAULT_BUFFER_SIZE = 200
 #: ``buffer_size="auto"``: seconds of a worker's measured work held in flight for it, the most
 #: tasks in flight per worker, and how often (s) the time per task is measured again.
 AUTO_BUFFER_SECONDS = 0.05
@@ -44,29 +43,7 @@ AUTO_BUFFER_REFIT = 0.5
 SEGMENT_GROWTH = 1.25
 
 
-def _old_style_arguments(name: str, count_name: str, count: Any, map_func: Optional[Callable],
-                         positional: Tuple[Any, ...], buffer_size: Any, strict: bool,
-                         old_names: Dict[str, Any]) -> Tuple[Any, Callable, Any, bool]:
-    """tensorpack before 0.9: ``nr_proc=``/``nr_thread=``, and ``buffer_size``, ``strict`` passed
-    positionally after ``map_func``. Returns ``(count, map_func, buffer_size, strict)``; the
-    count is an int or an :class:`~.autoscale.Autoscale` (``"auto"``)."""
-    count = renamed_argument(name, old_names, "nr_" + count_name.split("_")[1], count_name, count, None)
-    no_other_arguments(name, old_names)
-    if len(positional) > 2:
-        raise TypeError("{}() takes at most 5 positional arguments ({} given)".format(name, 3 + len(positional)))
-    if positional:
-        if buffer_size != _DEFAULT_BUFFER_SIZE or strict is not False:
-            raise TypeError("{}: buffer_size/strict passed both by position and by keyword".format(name))
-        warn_deprecated("{}: buffer_size and strict passed by position is tensorpack's old style; it still "
-                        "works but is deprecated: pass buffer_size= and strict= as keywords".format(name))
-        buffer_size = positional[0]
-        strict = positional[1] if len(positional) > 1 else strict
-    if not callable(map_func):
-        raise TypeError("{}: map_func must be callable, got {!r}".format(name, map_func))
-    return worker_count(name, count_name, count), map_func, buffer_size, strict
-
-
-class _ParallelMapBase(ResizableStage, ProxyDataFlow):
+class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
     """The scheduler shared by the thread, process and Ray maps.
 
     Subclasses provide ``_start()`` (starting ``num_workers`` workers, ranks ``0..n-1``),
@@ -79,6 +56,9 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
     and ``_retire_worker(rank)`` (stop one that holds no work), and ``_scaling_counters()``.
 
     Strict maps are resumable (:meth:`get_state`/:meth:`set_state`): see :mod:`.map_position`.
+
+    A subclass that provides ``_map_inline(payload, ticket)`` (the result a worker would send)
+    can run with 0 workers: the consumer's thread maps (:mod:`.inline_map`).
     """
 
     #: Datapoints in one task (the map-and-batch flows: ``batch_size``).
@@ -134,6 +114,11 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         self._in_epoch = False                   # a strict epoch began and did not end
         self._resume_pending = False             # set_state() was called: the next iter() continues
         self._not_resumable: Optional[List[Optional[NotResumableError]]] = None    # checked once
+        #: The consumer's thread as a worker (0 workers), where supported.
+        self._inline = InlineMapper(name, self._map_inline) if self._maps_inline else None
+        self._mapping_inline = False             # 0 workers: the consumer's thread maps every task
+        self._parked_ranks: List[int] = []             # ranks without tasks while it does
+        self._consumer_seconds = 0.0             # the consumer's time between datapoints, when timed
         self._started = False
         self._closed = False
 
@@ -185,6 +170,11 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
 
     def _sync_workers(self) -> None:
         """Take in workers added or retired behind the scheduler's back (e.g. on the pool)."""
+
+    def _map_inline(self, payload: Any, ticket: List[int]) -> Any:
+        """Map ``payload`` in the consumer's thread, as a worker would (its seeds, its result's
+        types); subclasses that can run with 0 workers provide it (``_maps_inline``)."""
+        raise NotImplementedError
 
     def _adopt(self, ranks: List[int]) -> None:
         """The workers that take tasks are now ``ranks``: new ones get tasks from now on, the
@@ -283,6 +273,34 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
             self._retired(rank)
         return True
 
+    def _enter_inline(self) -> None:
+        """0 workers: park the active ones (they answer what they hold, then get no task) and
+        map in the consumer's thread from the next task on."""
+        for rank in self._starting:                # not placed yet: hold no work
+            self._retired(rank)
+        self._starting = []
+        self._parked_ranks = self._active + self._parked_ranks
+        self._active = []
+        self._mapping_inline = True
+        self._workers_changed()
+
+    def _leave_inline(self, target: int) -> None:
+        """Back to workers: up to ``target`` parked ones take tasks again, the other parked ones
+        stop (the caller starts more when fewer were parked)."""
+        self._mapping_inline = False
+        revived, others = self._parked_ranks[:target], self._parked_ranks[target:]
+        self._parked_ranks = []
+        self._active.extend(revived)
+        for rank in others:
+            if self._in_flight[rank]:
+                self._retiring.add(rank)
+            else:
+                self._retired(rank)
+        self._workers_changed()
+
+    def _parked_workers(self) -> int:
+        return len(self._parked_ranks)
+
     def _retired(self, rank: int) -> None:
         """Worker ``rank`` holds no more work: stop it."""
         self._retiring.discard(rank)
@@ -325,7 +343,18 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
 
     def _scaling_counters(self) -> Tuple[float, int]:
         stats = self.worker_stats()
-        return sum(s["busy_seconds"] for s in stats), sum(int(s["items"]) for s in stats)
+        busy, items = sum(s["busy_seconds"] for s in stats), sum(int(s["items"]) for s in stats)
+        if self._inline is not None:               # the consumer's thread's share of the work
+            busy, items = busy + self._inline.busy_seconds, items + self._inline.items
+        return busy, items
+
+    def _with_inline_cpu(self, clocks: Tuple[Optional[float], Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
+        """The workers' ``(CPU seconds, run-queue seconds)`` with the CPU the consumer's thread
+        spent mapping."""
+        cpu, queued = clocks
+        if self._inline is None or not self._inline.items:
+            return cpu, queued
+        return (cpu or 0.0) + self._inline.cpu_seconds, queued
 
     def _workers_memory(self, precise: bool) -> Tuple[int, int]:
         """``(bytes the workers hold, bytes one more would)``, without their shared memory; 0
@@ -359,58 +388,6 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
                     type(self).__name__))
         super().check_resumable()
 
-    def _resumability(self) -> Optional[NotResumableError]:
-        if self._not_resumable is None:
-            try:
-                self.check_resumable()
-                self._not_resumable = [None]
-            except NotResumableError as err:
-                # Kept without its traceback: the traceback's frames (and their callers') would keep
-                # the datapoints they held alive, and with them the workers' shared memory.
-                self._not_resumable = [err.with_traceback(None)]
-        return self._not_resumable[0]
-
-    def get_state(self) -> Dict[str, Any]:
-        """The position after the last datapoint yielded: ``seed`` (of the datapoints'
-        randomness), ``epoch``, ``index`` (every task before it yielded or dropped), ``done``
-        (tasks after it already yielded: unordered maps only) and ``input`` (the source's state
-        right after task ``index - 1`` was read). A restore re-reads the source from ``input``,
-        maps again the work that was in flight and skips ``done``.
-
-        Only ``strict=True`` maps are resumable (NotResumableError otherwise)."""
-        why = self._resumability()
-        if why is not None:
-            raise NotResumableError(str(why))
-        if self.base_seed is None:
-            raise RuntimeError("{}: call reset_state() before get_state()".format(type(self).__name__))
-        if self._in_epoch:
-            fields = self._position.fields()
-        else:
-            fields = {"epoch": self._position.epoch, "index": 0, "done": [], "input": self.ds.get_state()}
-        state = {"type": type(self).__name__, "seed": self.base_seed}
-        state.update(fields)
-        return state
-
-    def _check_state(self, state: Any, plan: StatePlan) -> None:
-        """Continue after the datapoint ``state`` was taken at (from :meth:`get_state` of a map with
-        the same arguments; any number of workers). Call ``set_state`` after ``reset_state()``."""
-        name = type(self).__name__
-        why = self._resumability()
-        if why is not None:
-            raise NotResumableError(str(why))
-        if not self._started or self._closed:
-            raise RuntimeError("{}: call reset_state() before set_state(){}".format(
-                name, " (it is closed)" if self._closed else ""))
-        size = get_length(self.ds)
-        state = checked_map_state(self, state, self.ordered, None if size is None else -(-size // self._task_size))
-        check_input_state(self, self.ds, state["input"], plan)
-
-        def restore() -> None:
-            self.base_seed = state["seed"]
-            self._position.start(state["epoch"], state["index"], state["done"], state["input"])
-            self._in_epoch = self._resume_pending = True
-        plan.then(restore)
-
     # ---------------------------------------------------------------------------- scheduling
 
     def _make_task(self, source: Iterator[Any]) -> Any:
@@ -427,8 +404,12 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         track = self.strict and self._resumability() is None
         position = self._position
         self._sync_workers()
-        while self._in_flight_total + len(self._pending) + len(self._ready) < self.buffer_size:
+        inline = self._inline
+        while self._in_flight_total + len(self._pending) + len(self._ready) < max(self.buffer_size, 1):
             if self._source is None:
+                return
+            # mapping inline: one task at a time, when nothing else is due
+            if self._mapping_inline and (self._ready or (inline is not None and inline.answers)):
                 return
             try:
                 task = self._make_task(self._source)
@@ -453,6 +434,11 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
                 ticket = [key, self.base_seed, position.epoch, key * self._task_size]
             else:
                 ticket = [key, self.base_seed, self._passes, (key - self._pass_start) * self._task_size]
+            if self._mapping_inline and inline is not None:
+                inline.map([self._generation, ticket, task])
+                self._in_flight_total += 1
+                self._generation_in_flight += 1
+                continue
             rank = min(self._active, key=self._in_flight.__getitem__)    # the least loaded
             self._submit(rank, [self._generation, ticket, task])
             if not self._in_flight[rank]:
@@ -469,11 +455,13 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         if self._auto_buffer:
             self._fit_auto_buffer()
         scaling = self._scaling
-        if scaling is None:
+        if scaling is not None and time.monotonic() >= scaling.due:
+            scaling.run()
+        if self._inline is not None and self._inline.answers:
+            got: Optional[Tuple[int, List[Any]]] = self._inline.answers.popleft()
+        elif scaling is None:
             got = self._receive(POLL_INTERVAL)
         else:
-            if time.monotonic() >= scaling.due:
-                scaling.run()
             started = time.monotonic()
             got = self._receive(POLL_INTERVAL)
             self._waited += time.monotonic() - started
@@ -483,7 +471,10 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
             return
         rank, (generation, ticket, result) = got
         key = ticket[0]
-        self._answered(rank)
+        if rank == INLINE:
+            self._in_flight_total -= 1
+        else:
+            self._answered(rank)
         if self._sample_result:
             self._sample_result = False
             self._result_bytes = nbytes(result)
@@ -512,6 +503,14 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
                     "map_func stuck?".format(now - since, self._in_flight[rank], self.map_timeout)))
                 raise self._hung
 
+    def _times_consumer(self) -> bool:
+        """Whether to time the consumer's own work between datapoints: the controller of a stage
+        that may map in the consumer's thread weighs it."""
+        return self._inline is not None and self._autoscale is not None and self._autoscale.min_workers == 0
+
+    # (defined here too: DataFlow takes a class that defines __iter__ without get_state as not resumable)
+    get_state = ResumableMap.get_state
+
     def __iter__(self) -> Iterator[Any]:
         if self._closed or not self._started:
             raise RuntimeError("{}: call reset_state() before iterating{}".format(
@@ -535,12 +534,19 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
         self._ready.clear()
         self._next_key = self._next_yield = position.watermark
         self._source = iter(self.ds)
+        timed = self._times_consumer()
         while True:
             while self._ready:
                 key, result = self._ready.popleft()
                 position.passed(key)
                 if result is not None:
-                    yield result
+                    if timed:
+                        started = time.perf_counter()
+                        yield result
+                        self._consumer_seconds += time.perf_counter() - started
+                    else:
+                        yield result
+                    result = None          # not held while the next is made (its memory is reused)
             self._fill(restart_source=False)
             if self._source is None and self._generation_in_flight == 0 and not self._pending:
                 break
@@ -553,12 +559,19 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
             self._source = iter(self.ds)
             self._pass_start, self._pass_mark = self._next_key, self._read_mark()
         dropped, passes_before = 0, self._passes       # results of None in a row, since which pass
+        timed = self._times_consumer()
         while True:
             if self._ready:
                 _, result = self._ready.popleft()
                 if result is not None:
                     dropped, passes_before = 0, self._passes
-                    yield result
+                    if timed:
+                        started = time.perf_counter()
+                        yield result
+                        self._consumer_seconds += time.perf_counter() - started
+                    else:
+                        yield result
+                    result = None          # not held while the next is made (its memory is reused)
                     continue
                 dropped += 1
                 # an endless stream that can yield nothing must not spin: whole passes of the source
@@ -590,39 +603,3 @@ class _ParallelMapBase(ResizableStage, ProxyDataFlow):
             except ValueError:          # running in another thread: it ends with that thread
                 pass
         super().close()
-
-
-def nbytes(value: Any) -> int:
-    """Bytes of the arrays and byte strings in a datapoint (its components, one level down)."""
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_nbytes_leaf(v) for v in value)
-    return _nbytes_leaf(value)
-
-
-def _nbytes_leaf(value: Any) -> int:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return len(value)
-    return int(getattr(value, "nbytes", 0) or 0)
-
-
-def _apply(map_func: Callable, batch_size: Optional[int], task: Any, ticket: List[int],
-           reseed_global: bool, allocate: Optional[Callable[..., np.ndarray]] = None) -> Any:
-    """Map one task, each datapoint in its own :func:`~inputpipe.utils.seeding.datapoint_context`
-    seeded from ``ticket = [key, base_seed, epoch, index of the task's first datapoint]``;
-    ``reseed_global`` (process workers) also reseeds numpy's and Python's global RNGs. A batch is
-    built as the results come, in arrays from ``allocate`` (a worker's shared memory)."""
-    _, base_seed, epoch, index = ticket
-    if batch_size is None:
-        with datapoint_context(derive_seed(base_seed, epoch, index), reseed_global):
-            return map_func(task)
-    builder = BatchBuilder(len(task)) if allocate is None else BatchBuilder(len(task), allocate)
-    for offset, dp in enumerate(task):
-        with datapoint_context(derive_seed(base_seed, epoch, index + offset), reseed_global):
-            result = map_func(dp)
-        if result is not None:
-            builder.add(result)
-    return builder.batch()
-
-

@@ -79,6 +79,9 @@ class ResizableStage:
     """
 
     _worker_kind = "processes"
+    #: Whether the stage can run with 0 workers, its consumer's thread doing the work
+    #: (``_enter_inline()``, ``_leave_inline(target)``, ``_parked_workers()``).
+    _maps_inline = False
     _scaling: Optional[Union[Controller, _Request]] = None
     _controller: Optional[Controller] = None
     _autoscale: Optional[Autoscale] = None
@@ -93,6 +96,10 @@ class ResizableStage:
         if isinstance(setting, int):
             self._autoscale = None
             return setting
+        if setting.min_workers == 0 and not self._maps_inline:
+            raise ValueError("{}: Autoscale(min_workers=0) lets a parallel map run with 0 workers, mapping in the "
+                             "consumer's thread; {} has nothing to do there: min_workers must be >= 1".format(
+                                 component, component))
         self._autoscale = setting
         return setting.start_count(self._worker_kind)
 
@@ -127,14 +134,19 @@ class ResizableStage:
     def set_num_workers(self, num: int) -> None:
         """Ask for ``num`` workers: applied at the next datapoint, in the thread that iterates
         (workers beyond ``num`` stop once the work they hold is done, none of it lost). An
-        ``"auto"`` stage keeps adjusting from there. Safe to call from any thread.
+        ``"auto"`` stage keeps adjusting from there, within its ``min_workers``. The parallel
+        maps also take 0: the thread that iterates maps, one datapoint at a time, and the workers
+        wait, parked, until the count rises again (see :mod:`~inputpipe.dataflow.autoscale`).
+        Safe to call from any thread.
 
         Example::
 
             df.set_num_workers(1)      # e.g. while the trainer evaluates
         """
-        if not isinstance(num, int) or isinstance(num, bool) or num < 1:
-            raise ValueError("{}.set_num_workers: num must be an int >= 1, got {!r}".format(type(self).__name__, num))
+        least = 0 if self._maps_inline else 1
+        if not isinstance(num, int) or isinstance(num, bool) or num < least:
+            raise ValueError("{}.set_num_workers: num must be an int >= {}, got {!r}".format(
+                type(self).__name__, least, num))
         self._requested = num
         scaling = self._scaling
         if isinstance(scaling, Controller):
@@ -166,6 +178,10 @@ class ResizableStage:
     def _resize_to(self, target: int, reason: str) -> int:
         """Add or retire workers until ``target`` are active (or the stage cannot); record it."""
         before = self._active_workers()
+        if self._maps_inline and target == 0 and before > 0:
+            self._enter_inline()
+        elif self._maps_inline and target > 0 and before == 0:
+            self._leave_inline(target)
         while self._active_workers() < target and self._grow_one():
             pass
         while self._active_workers() > max(1, target) and self._shrink_one():
@@ -185,6 +201,16 @@ class ResizableStage:
 
     def _shrink_one(self) -> bool:
         raise NotImplementedError
+
+    def _enter_inline(self) -> None:
+        raise NotImplementedError
+
+    def _leave_inline(self, target: int) -> None:
+        raise NotImplementedError
+
+    def _parked_workers(self) -> int:
+        """Workers parked while the consumer's thread maps (0 workers)."""
+        return 0
 
     def _scaling_counters(self) -> Tuple[float, int]:
         raise NotImplementedError

@@ -176,7 +176,7 @@ class RayWorker:
         """``(result, seconds)``: ``task`` mapped, each datapoint seeded from ``ticket = [key, base
         seed, epoch, index]`` (an actor runs one call at a time, so numpy's and Python's global
         RNGs are reseeded too), and the seconds it took."""
-        from .._parallel.map_scheduler import _apply
+        from .._parallel.map_task import _apply
         started = time.perf_counter()
         try:
             return _apply(self.func, self.batch_size, task, ticket, reseed_global=True), time.perf_counter() - started

@@ -1,0 +1,207 @@
+"""A parallel map's worker count of 0: the consumer's thread maps the datapoints itself.
+
+A stage of :class:`~._parallel.map_scheduler._ParallelMapBase` maps in the thread that iterates
+it when it is asked for 0 workers (``set_num_workers(0)``, or ``Autoscale(min_workers=0)``, whose
+controller chooses 0 when its measurements say that is faster: a cheap map whose results cost
+more to move between processes than to make). That thread is then a worker of rank
+:data:`INLINE`: each task is numbered and seeded as it would be in a worker, so every guarantee
+of the map holds (each datapoint once, the order of ordered maps, resumable state, the same
+datapoints for any worker count), and it maps one task at a time, just before it is due.
+The worker processes or threads stay alive, parked: they answer what they held and get no new
+task until the count rises again.
+
+Example::
+
+    df = MultiProcessMapData(ds, Autoscale(min_workers=0), make_big_array, strict=True)
+    df.set_num_workers(0)          # or let the controller choose it
+"""
+import collections
+import ctypes
+import random
+import sys
+import time
+from typing import Any, Callable, Deque, List, Optional, Tuple
+
+import numpy as np
+
+from ...utils import serialize
+from ...utils._wire_layout import _DTYPE_NAMES, _INLINE_ARRAY_MAX_BYTES, DEFAULT_MAX_FRAMES
+from ...utils.errors import error_from_exception
+
+__all__ = ["INLINE", "InlineMapper", "as_sent_by_a_process", "global_rngs_kept"]
+
+#: The rank of the consumer's thread when it maps.
+INLINE = -1
+#: What an error names as the worker when the consumer's thread mapped.
+INLINE_WORKER = "the consumer's thread (0 workers: mapping inline)"
+#: Bytes a result may have (the channel's own limit between processes).
+_RESULT_MAX_BYTES = 1 << 40
+
+
+class InlineMapper:
+    """The consumer's thread as a map's worker of rank :data:`INLINE`: ``map(task)`` maps one
+    ``[generation, ticket, payload]`` with ``map_task(payload, ticket)`` and queues the answer as
+    a worker's, ``(INLINE, [generation, ticket, result])``; it counts its busy seconds, CPU
+    seconds and tasks for the controller.
+
+    Example::
+
+        mapper = InlineMapper("MultiProcessMapData", lambda payload, ticket: f(payload))
+        mapper.map([generation, ticket, payload])
+        rank, answer = mapper.answers.popleft()
+    """
+
+    def __init__(self, component: str, map_task: Callable[[Any, List[Any]], Any]):
+        self._component = component
+        self._map_task = map_task
+        self.answers: Deque[Tuple[int, List[Any]]] = collections.deque()
+        self.busy_seconds = 0.0
+        self.cpu_seconds = 0.0
+        self.items = 0
+
+    def map(self, task: List[Any]) -> None:
+        generation, ticket, payload = task
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        try:
+            result = self._map_task(payload, ticket)
+        except Exception as err:   # what a worker would report (KeyboardInterrupt and the like pass as they are)
+            raise error_from_exception(self._component, INLINE_WORKER, err) from err
+        self.busy_seconds += time.perf_counter() - started
+        self.cpu_seconds += time.thread_time() - cpu_started
+        self.items += 1
+        self.answers.append((INLINE, [generation, ticket, result]))
+
+
+class global_rngs_kept:
+    """Restores ``numpy.random``'s and ``random``'s global states on exit: a map that reseeds
+    them for each datapoint (as worker processes do) leaves the consumer's own draws as they were.
+    The generators' states are copied as memory (2.5 KB each; ``get_state()``/``getstate()`` take
+    10 to 30 times as long), where this interpreter's layout was checked to allow it, so one
+    Gaussian that numpy's legacy generator cached for the consumer, if any, is dropped (its next
+    normal draw makes a new pair).
+
+    Example::
+
+        with global_rngs_kept():
+            np.random.seed(7)
+            value = np.random.rand()
+    """
+
+    def __enter__(self) -> "global_rngs_kept":
+        self._numpy_at = _numpy_state_memory()
+        self._numpy: Any = _snapshot(self._numpy_at, _MT19937_STATE_BYTES) if self._numpy_at else np.random.get_state()
+        self._python_at = _python_state_memory()
+        if self._python_at:
+            self._python: Any = _snapshot(self._python_at, _PYTHON_STATE_BYTES)
+            self._gauss_next = getattr(_python_generator(), "gauss_next", None)
+        else:
+            self._python = random.getstate()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._numpy_at:
+            np.random.seed(0)                       # (drops the map's cached Gaussian)
+            ctypes.memmove(self._numpy_at, self._numpy, _MT19937_STATE_BYTES)
+        else:
+            np.random.set_state(self._numpy)
+        if self._python_at:
+            ctypes.memmove(self._python_at, self._python, _PYTHON_STATE_BYTES)
+            _python_generator().gauss_next = self._gauss_next
+        else:
+            random.setstate(self._python)
+
+
+#: The bytes of numpy's MT19937 state: 624 32-bit words and the position in them.
+_MT19937_STATE_BYTES = 624 * 4 + 4
+#: The bytes of CPython's ``_random.Random`` state after the object's header: the position, then
+#: 624 32-bit words.
+_PYTHON_STATE_BYTES = 4 + 624 * 4
+_python_layout_checked: List[bool] = []
+
+
+def _snapshot(address: int, size: int) -> Any:
+    copy = ctypes.create_string_buffer(size)
+    ctypes.memmove(copy, address, size)
+    return copy
+
+
+def _numpy_state_memory() -> Optional[int]:
+    """The address of the state of numpy's global generator, or None where it is not exposed."""
+    generator = getattr(np.random.mtrand, "_rand", None)
+    bits: Any = getattr(generator, "_bit_generator", None)
+    if type(bits).__name__ != "MT19937":
+        return None
+    try:
+        return int(bits.ctypes.state_address)
+    except (AttributeError, TypeError):
+        return None
+
+
+def _python_state_memory() -> Optional[int]:
+    """The address of the state of ``random``'s global generator, where CPython lays it out as
+    checked once on a generator of its own (a copy of those bytes restores ``getstate()``)."""
+    if not _python_layout_checked:
+        _python_layout_checked.append(_python_layout_holds())
+    if not _python_layout_checked[0]:
+        return None
+    return id(_python_generator()) + object.__basicsize__
+
+
+def _python_generator() -> Any:
+    """The generator behind ``random``'s functions."""
+    return vars(random)["_inst"]
+
+
+def _python_layout_holds() -> bool:
+    import _random
+    if sys.implementation.name != "cpython" or \
+            not 0 <= _random.Random.__basicsize__ - object.__basicsize__ - _PYTHON_STATE_BYTES <= 8:
+        return False
+    probe = random.Random(1)
+    probe.random()
+    expected = probe.getstate()
+    saved = _snapshot(id(probe) + object.__basicsize__, _PYTHON_STATE_BYTES)
+    probe.seed(2)
+    probe.random()
+    ctypes.memmove(id(probe) + object.__basicsize__, saved, _PYTHON_STATE_BYTES)
+    return probe.getstate() == expected
+
+
+def as_sent_by_a_process(result: Any) -> Any:
+    """``result`` as a worker process's would arrive: through the wire format, so its types are
+    those of every other result (a namedtuple arrives a tuple, a str subclass a str) and what the
+    format cannot carry fails here as it would there; contiguous arrays are not copied. A result
+    made only of what the format carries as it is (lists, tuples, dicts, numbers, strings, bytes,
+    numpy arrays and scalars of the format's dtypes) is returned as it is."""
+    if _travels_unchanged(result, 0, [0]):
+        return result
+    return serialize.loads_frames(serialize.dumps_frames(result), max_bytes=_RESULT_MAX_BYTES)
+
+
+_PLAIN = (type(None), bool, float, str, bytes)
+#: Deeper results go through the format (which refuses what is too deep for it).
+_MOST_DEPTH = 32
+
+
+def _travels_unchanged(obj: Any, depth: int, arrays: List[int]) -> bool:
+    """Whether the wire format gives back ``obj`` with the same types and values (``arrays``
+    counts the large arrays seen, against the format's limit of frames)."""
+    kind = type(obj)
+    if kind in _PLAIN:
+        return True
+    if kind is int:
+        return -(1 << 63) <= obj < (1 << 64)
+    if kind is np.ndarray:
+        if obj.nbytes > _INLINE_ARRAY_MAX_BYTES:
+            arrays[0] += 1
+        return obj.dtype in _DTYPE_NAMES and arrays[0] <= DEFAULT_MAX_FRAMES
+    if depth >= _MOST_DEPTH:
+        return False
+    if kind is list or kind is tuple:
+        return all(_travels_unchanged(value, depth + 1, arrays) for value in obj)
+    if kind is dict:
+        return all(_travels_unchanged(key, depth + 1, arrays) and _travels_unchanged(value, depth + 1, arrays)
+                   for key, value in obj.items())
+    if isinstance(obj, np.generic):
+        return kind is not np.str_ and kind is not np.bytes_ and obj.dtype in _DTYPE_NAMES
+    return False

@@ -1,0 +1,133 @@
+"""When an ``Autoscale(min_workers=0)`` map maps in the consumer's thread (0 workers).
+
+Moving a result between processes costs a copy in the worker and a message to the consumer;
+for a cheap map of large results (a 2 MiB array made in 0.3 ms) that costs more than the map,
+and on few CPUs the workers then deliver less than the consumer's thread would alone. What a
+task would cost in the consumer's thread cannot be measured while the workers run (they hold
+the CPUs, their caches and the memory bus: one task mapped there then took 3-4 times as long
+as alone), so the controller tries 0 workers, when
+
+- a worker's time per task is at most :data:`MOST_RESULTS_A_TASK` results' time (the stage runs
+  about two workers' worth or less: with more, the consumer's thread alone cannot keep up, and
+  a trial that fails loses at most part of an interval), and
+- the consumer's own time per result (between taking one and asking for the next) leaves room
+  for :data:`INLINE_GAIN` more results than the workers deliver;
+
+and measures: a rate below the one before is undone at once, and 0 stays out of reach for a
+while that doubles with each undo (:data:`BACKOFF_INTERVALS`, 20 intervals then 40, ... up to
+:data:`BACKOFF_MOST`), so failed trials cost less and less. At 0 workers it tries the workers
+again after such a while, or at once when a task's cost moved by :data:`WORK_CHANGED` (a
+phase of the work); they are kept when they deliver :data:`WORKERS_GAIN` more than the
+consumer's thread did.
+
+Example::
+
+    policy = InlinePolicy()
+    move = policy.decide(measurement, stage, decisions, rate_before, settled=True)   # (count, reason) or None
+"""
+from typing import Any, Optional, Tuple
+
+__all__ = ["InlinePolicy", "INLINE_GAIN", "MOST_RESULTS_A_TASK", "BACKOFF_INTERVALS", "BACKOFF_MOST"]
+
+#: 0 workers is tried while a worker's time per task is at most this many results' time ...
+MOST_RESULTS_A_TASK = 2.5
+#: ... and the consumer's own time per result leaves room for this share more results.
+INLINE_GAIN = 0.1
+#: The workers, tried again, must deliver this share more than the consumer's thread did.
+WORKERS_GAIN = 0.02
+#: Intervals before 0 workers is tried again, and before the workers are
+#: tried again at 0 workers; doubled at each undo, at most :data:`BACKOFF_MOST`.
+BACKOFF_INTERVALS = 20
+BACKOFF_MOST = 640
+#: A task's cost that moved by this factor: the work changed (as the controller's WORK_CHANGED).
+WORK_CHANGED = 1.5
+
+#: Reasons of the moves start with this (the controller does not judge them as its own changes).
+REASON = "inline"
+
+
+class InlinePolicy:
+    """The decisions about 0 workers of one controller (see the module doc).
+
+    Example::
+
+        policy = InlinePolicy()
+        move = policy.decide(m, stage, controller.decisions, rate_before=940.0)
+    """
+
+    def __init__(self) -> None:
+        self._backoff = BACKOFF_INTERVALS
+        self._not_before = 0                          # the decision from which 0 may be considered
+        self._workers_not_before = 0                  # ... at 0 workers, from which workers are tried
+        self._trial: Optional[Tuple[str, float, int]] = None   # ("in" | "out", rate before it, count before)
+        self._task_seconds: Optional[float] = None    # of a task in the consumer's thread, at 0 workers
+
+    def decide(self, m: Any, stage: Any, decisions: int, rate_before: Optional[float],
+               settled: bool = True) -> Optional[Tuple[int, str]]:
+        """A move to or from 0 workers as ``(count, reason)``, ``(0, reason)`` to stay at 0, or
+        None to leave the decision to the controller's other rules; ``rate_before``: the rate at
+        the current count; ``settled``: the count has held for a few intervals (0 is tried only
+        then)."""
+        rate = m.delivered_per_s
+        if self._trial is not None:
+            judged = self._judge(m, decisions)
+            if judged is not None:
+                return judged
+        if m.workers == 0:
+            return self._at_zero(m, stage, decisions)
+        own = m.consumer_seconds
+        if not settled or decisions < self._not_before or own is None or not m.task_seconds or rate <= 0:
+            return None
+        if m.task_seconds > MOST_RESULTS_A_TASK / rate or own * (1 + INLINE_GAIN) * rate >= 1.0:
+            return None
+        self._trial = ("in", rate_before or rate, m.workers)
+        return 0, "{}: try the consumer's thread: {} workers deliver {}/s, {:.2f} ms of work a task; the " \
+                  "consumer's own {:.3f} ms a result".format(REASON, m.workers, _rate(rate), 1e3 * m.task_seconds,
+                                                             1e3 * own)
+
+    def _judge(self, m: Any, decisions: int) -> Optional[Tuple[int, str]]:
+        kind, rate_before, count_before = self._trial or ("", 0.0, 0)
+        self._trial = None
+        rate = m.delivered_per_s
+        if kind == "in" and m.workers == 0:
+            if rate >= rate_before:
+                self._workers_not_before = decisions + self._backoff
+                return 0, "{}: kept: the consumer's thread delivers {}/s, {} workers delivered {}/s".format(
+                    REASON, _rate(rate), count_before, _rate(rate_before))
+            self._back_off(decisions)
+            return count_before, "{}: undo: the consumer's thread delivered {}/s, {} workers {}/s".format(
+                REASON, _rate(rate), count_before, _rate(rate_before))
+        if kind == "out" and m.workers > 0:
+            if rate > (1 + WORKERS_GAIN) * rate_before:
+                self._backoff = BACKOFF_INTERVALS        # the workers win again: 0 may be tried soon
+                self._not_before = decisions + self._backoff
+                return None
+            self._back_off(decisions)
+            self._workers_not_before = decisions + self._backoff     # (longer than the last while)
+            return 0, "{}: undo: {} workers delivered {}/s, the consumer's thread {}/s".format(
+                REASON, m.workers, _rate(rate), _rate(rate_before))
+        return None                                   # the count was changed by other means meanwhile
+
+    def _at_zero(self, m: Any, stage: Any, decisions: int) -> Tuple[int, str]:
+        count = max(1, stage._parked_workers())
+        cost = m.task_seconds
+        before = self._task_seconds
+        if cost and before and not 1 / WORK_CHANGED < cost / before < WORK_CHANGED:
+            self._task_seconds = None
+            return count, "{}: the work changed: a task takes {:.2f} ms in the consumer's thread, {:.2f} ms " \
+                          "before: {} workers again".format(REASON, 1e3 * cost, 1e3 * before, count)
+        if self._task_seconds is None:
+            self._task_seconds = cost
+        if decisions >= self._workers_not_before:
+            self._trial = ("out", m.delivered_per_s, 0)
+            return count, "{}: try {} workers again (the consumer's thread delivers {}/s)".format(
+                REASON, count, _rate(m.delivered_per_s))
+        return 0, ""
+
+    def _back_off(self, decisions: int) -> None:
+        self._not_before = decisions + self._backoff
+        self._backoff = min(BACKOFF_MOST, 2 * self._backoff)
+
+
+def _rate(value: float) -> str:
+    return "{:,.0f}".format(value) if value >= 10 else "{:.2g}".format(value)

@@ -1,0 +1,353 @@
+"""0 workers: a parallel map's consumer thread maps the datapoints itself (``set_num_workers(0)``,
+``Autoscale(min_workers=0)``), and the controller's rules for moving there and back."""
+import collections
+import os
+import random
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from inputpipe.dataflow import (DataFromList, MultiProcessMapAndBatchData, MultiProcessMapData, MultiProcessRunnerZMQ,
+                                MultiThreadMapData, MultiThreadRunner, seeding)
+from inputpipe.dataflow._parallel import inline_map
+from inputpipe.dataflow._parallel.autoscale_settings import Measurement
+from inputpipe.dataflow._parallel.inline_map import INLINE_WORKER, as_sent_by_a_process, global_rngs_kept
+from inputpipe.dataflow._parallel.inline_policy import BACKOFF_INTERVALS, InlinePolicy
+from inputpipe.dataflow.autoscale import Autoscale
+from inputpipe.utils import serialize
+from inputpipe.utils.errors import WorkerError
+from dataflow_helpers import Indexed
+
+pytestmark = pytest.mark.timeout(60)
+
+MAPS = [MultiThreadMapData, MultiProcessMapData]
+Pair = collections.namedtuple("Pair", "index value")
+
+
+def with_array(dp):
+    return [dp[0], np.full((4, 3), dp[0], np.int32)]
+
+
+def drawing(dp):
+    """Draws from numpy's and Python's global RNGs (seeded per datapoint in worker processes)."""
+    return [dp[0], int(np.random.randint(10 ** 6)), random.random(), float(np.random.randn())]
+
+
+def as_namedtuple(dp):
+    return Pair(dp[0], dp[0] * 2)
+
+
+class Unsendable:
+    pass
+
+
+def unsendable_at_5(dp):
+    return [dp[0], Unsendable()] if dp[0] == 5 else dp
+
+
+def fails_at_7(dp):
+    if dp[0] == 7:
+        raise KeyError("no such record: 7")
+    return dp
+
+
+@pytest.mark.parametrize("cls", MAPS)
+@pytest.mark.parametrize("ordered", [True, False])
+def test_at_0_workers_the_consumer_maps_each_datapoint_once_and_the_parked_workers_come_back(cls, ordered):
+    df = cls(Indexed(120), 2, with_array, strict=True, ordered=ordered, buffer_size=6)
+    df.reset_state()
+    with df:
+        pids = set(getattr(df, "worker_pids", []))
+        itr = iter(df)
+        got = [next(itr) for _ in range(10)]
+        df.set_num_workers(0)
+        got += [next(itr) for _ in range(50)]
+        assert df.num_workers == 0 and df._parked_workers() == 2
+        mapped_here = df._inline.items
+        df.set_num_workers(3)
+        got += list(itr)
+        assert df.num_workers == 3 and df._parked_workers() == 0
+        assert set(pids) <= set(getattr(df, "worker_pids", []))       # the parked ones came back (no fork)
+    numbers = [dp[0] for dp in got]
+    assert numbers == list(range(120)) if ordered else sorted(numbers) == list(range(120))
+    assert all(array.dtype == np.int32 and array.shape == (4, 3) and (array == i).all() for i, array in got)
+    # (the request applies at the next datapoint: one more may have been mapped here before it)
+    assert 40 <= mapped_here <= 56 and df._inline.items - mapped_here in (0, 1)
+    assert [c.workers for c in df.worker_count_history()] == [2, 0, 3]
+
+
+@pytest.mark.parametrize("cls", MAPS)
+def test_at_0_workers_one_task_is_mapped_at_a_time_just_before_it_is_due(cls):
+    calls = []
+
+    def counted(dp):
+        calls.append(dp[0])
+        return dp
+
+    df = cls(Indexed(10 ** 6), 1, counted, strict=True, ordered=True, buffer_size=50)
+    if cls is MultiProcessMapData:
+        df.map_func = counted            # (the workers were given it before: they are not used here)
+    df.reset_state()
+    df.set_num_workers(0)
+    with df:
+        itr = iter(df)
+        next(itr)                        # the request applies here; the worker may have answered a few
+        mapped = df._inline.items
+        for k in range(30):
+            next(itr)
+            assert df._inline.items == mapped + k + 1 or df._in_flight_total > 0
+        assert df._inline.items >= mapped + 25
+        itr.close()
+
+
+def test_the_consumer_maps_with_each_datapoints_seeds_and_leaves_its_own_global_rngs_as_they_were():
+    seeding.set_global_seed(11)
+    try:
+        reference = MultiProcessMapData(DataFromList([[i] for i in range(40)], shuffle=False), 2, drawing,
+                                        strict=True, ordered=True)
+        reference.reset_state()
+        with reference:
+            want = list(reference)
+        seeding.set_global_seed(11)
+        df = MultiProcessMapData(DataFromList([[i] for i in range(40)], shuffle=False), 2, drawing,
+                                 strict=True, ordered=True, buffer_size=2)
+        df.reset_state()
+        df.set_num_workers(0)
+        np.random.seed(3)
+        random.seed(3)
+        with df:
+            got = []
+            own = []
+            for dp in df:
+                got.append(dp)
+                own.append((np.random.randint(10 ** 9), random.random()))
+        np.random.seed(3)
+        random.seed(3)
+        assert own == [(np.random.randint(10 ** 9), random.random()) for _ in range(40)]
+    finally:
+        seeding.set_global_seed(None)
+    assert got == want and df._inline.items >= 30
+    assert len({dp[1] for dp in got}) > 30                # the draws differ from datapoint to datapoint
+
+
+@pytest.mark.parametrize("memory", [True, False], ids=["state-memory", "get-state"])
+def test_global_rngs_kept_restores_both_generators_exactly(monkeypatch, memory):
+    if not memory:
+        monkeypatch.setattr(inline_map, "_numpy_state_memory", lambda: None)
+        monkeypatch.setattr(inline_map, "_python_state_memory", lambda: None)
+    else:
+        assert inline_map._numpy_state_memory() and inline_map._python_state_memory()   # CPython, numpy >= 1.17
+    np.random.seed(5)
+    random.seed(5)
+    np.random.rand(7)
+    random.gauss(0, 1)                   # Python caches the second of a pair: kept too
+    want_numpy, want_python = np.random.get_state(), random.getstate()
+    with global_rngs_kept():
+        np.random.seed(99)
+        np.random.rand(1000)
+        np.random.randn(3)
+        random.seed(99)
+        random.gauss(0, 1)
+    got_numpy = np.random.get_state()
+    assert got_numpy[0] == want_numpy[0] and (got_numpy[1] == want_numpy[1]).all() and got_numpy[2] == want_numpy[2]
+    assert got_numpy[3] == 0             # a Gaussian cached by the map is not handed to the consumer
+    assert random.getstate() == want_python
+
+
+def test_a_result_reaches_the_consumer_as_a_workers_would_through_the_wire_format():
+    values = [
+        [1, 2.5, "s", b"b", None, True, (1, (2, [3])), {"k": np.arange(3), 4: np.float32(1.5)}],
+        Pair(1, 2), np.arange(10000).reshape(100, 100).T, np.arange(12)[::3], {"a": np.str_("x")},
+        [np.int64(2 ** 40), np.bool_(True), np.zeros((2, 2), np.complex64)], 2 ** 63 - 1, -(2 ** 63),
+        collections.OrderedDict(a=1), np.array(["ab", "c"]),
+    ]
+    for value in values:
+        got, want = as_sent_by_a_process(value), serialize.loads(serialize.dumps(value))
+        assert _shape_of(got) == _shape_of(want), value
+    unchanged = values[0]
+    assert as_sent_by_a_process(unchanged) is unchanged            # nothing to convert: no copy
+    for bad in ([Unsendable()], 2 ** 64, np.array([object()]), {"k": [1, {2: Unsendable()}]}):
+        with pytest.raises(TypeError, match="wire format"):
+            as_sent_by_a_process(bad)
+
+
+def _shape_of(value):
+    """Types and values, recursively (arrays by dtype, shape and contents)."""
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tolist())
+    if isinstance(value, dict):
+        return (type(value).__name__, sorted((repr(k), _shape_of(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [_shape_of(v) for v in value])
+    return (type(value).__name__, value)
+
+
+@pytest.mark.parametrize("cls", MAPS)
+def test_a_map_that_fails_at_0_workers_raises_a_worker_error_naming_the_consumers_thread(cls):
+    df = cls(Indexed(20), 2, fails_at_7, strict=True, ordered=True, buffer_size=2)
+    df.reset_state()
+    df.set_num_workers(0)
+    with df:
+        with pytest.raises(WorkerError) as caught:
+            list(df)
+    assert isinstance(caught.value, KeyError) and isinstance(caught.value.__cause__, KeyError)
+    assert INLINE_WORKER in str(caught.value) and cls.__name__ in str(caught.value)
+    assert "no such record: 7" in str(caught.value)
+
+
+def test_types_and_refusals_at_0_workers_are_those_of_the_worker_processes():
+    for count in (1, 0):
+        df = MultiProcessMapData(Indexed(8), 1, as_namedtuple, strict=True, ordered=True, buffer_size=1)
+        df.reset_state()
+        df.set_num_workers(count)
+        with df:
+            got = list(df)
+        assert got == [(i, 2 * i) for i in range(8)] and all(type(dp) is tuple for dp in got), count
+    for count in (1, 0):
+        df = MultiProcessMapData(Indexed(8), 1, unsendable_at_5, strict=True, ordered=True, buffer_size=1)
+        df.reset_state()
+        df.set_num_workers(count)
+        with df:
+            with pytest.raises(WorkerError, match="Unsendable") as caught:
+                list(df)
+        assert isinstance(caught.value, TypeError), count
+
+
+def test_map_and_batch_at_0_workers_builds_the_same_batches():
+    results = []
+    for count in (2, 0):
+        seeding.set_global_seed(4)
+        try:
+            df = MultiProcessMapAndBatchData(Indexed(50), 2, drawing, batch_size=8, strict=True, ordered=True)
+            df.reset_state()
+            df.set_num_workers(count)
+            with df:
+                results.append([[a.tolist() for a in batch] for epoch in range(2) for batch in df])
+        finally:
+            seeding.set_global_seed(None)
+    assert results[0] == results[1] and len(results[0]) == 12
+
+
+@pytest.mark.parametrize("make", [
+    lambda a: MultiProcessRunnerZMQ(Indexed(3), a),
+    lambda a: MultiThreadRunner(lambda: Indexed(3), 2, a),
+], ids=["process-runner", "thread-runner"])
+def test_stages_without_a_map_refuse_min_workers_0(make):
+    with pytest.raises(ValueError, match=r"Autoscale\(min_workers=0\) lets a parallel map run with 0 workers.*"
+                                         r"min_workers must be >= 1"):
+        make(Autoscale(min_workers=0))
+
+
+def test_autoscale_takes_min_workers_0_and_still_starts_with_a_worker():
+    assert Autoscale(min_workers=0).start_count("processes") >= 1
+    assert "min_workers=0" in repr(Autoscale(min_workers=0))
+    with pytest.raises(ValueError, match=r"Autoscale: min_workers must be an int >= 0, got -1"):
+        Autoscale(min_workers=-1)
+    with pytest.raises(ValueError, match=r"Autoscale: start must be an int >= 1 or None, got 0"):
+        Autoscale(start=0)
+
+
+def test_closing_at_0_workers_stops_the_parked_workers():
+    df = MultiProcessMapData(Indexed(10 ** 6), 3, with_array, buffer_size=6)
+    df.reset_state()
+    pids = list(df.worker_pids)
+    itr = iter(df)
+    [next(itr) for _ in range(5)]
+    df.set_num_workers(0)
+    [next(itr) for _ in range(20)]
+    assert df.num_workers == 0 and all(psutil.pid_exists(pid) for pid in pids)
+    itr.close()
+    df.close()
+    deadline = time.monotonic() + 5
+    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids):
+        assert time.monotonic() < deadline, "a parked worker outlived close()"
+        time.sleep(0.02)
+    assert not [name for name in os.listdir("/dev/shm") if "inputpipe" in name]
+
+
+# ------------------------------------------------------------------------ the controller's rules
+
+class FakeStage:
+    def __init__(self, parked=2):
+        self.parked = parked
+
+    def _parked_workers(self):
+        return self.parked
+
+
+def measured(workers, rate, task_ms=1.0, own_ms=0.01):
+    return Measurement(seconds=0.5, workers=workers, wait_share=0.9, busy_share=0.95, delivered_per_s=rate,
+                       demand_per_s=None, task_seconds=task_ms / 1e3, cpus_used=None, memory_bytes=0,
+                       consumer_seconds=None if own_ms is None else own_ms / 1e3)
+
+
+def test_0_workers_is_tried_once_the_count_held_and_kept_when_faster():
+    policy, stage = InlinePolicy(), FakeStage()
+    assert policy.decide(measured(2, 2000), stage, 0, 2000, settled=False) is None
+    count, reason = policy.decide(measured(2, 2000), stage, 1, 2000, settled=True)
+    assert count == 0 and reason.startswith("inline: try the consumer's thread: 2 workers deliver 2,000/s")
+    count, reason = policy.decide(measured(0, 2600, task_ms=0.35), stage, 2, None)
+    assert count == 0 and reason.startswith("inline: kept: the consumer's thread delivers 2,600/s")
+    assert policy.decide(measured(0, 2600, task_ms=0.35), stage, 3, None) == (0, "")
+    # the workers are tried again after a while; they lose, so 0 comes back and the next try waits longer
+    count, reason = policy.decide(measured(0, 2600, task_ms=0.35), stage, 2 + BACKOFF_INTERVALS, None)
+    assert count == 2 and reason.startswith("inline: try 2 workers again")
+    count, reason = policy.decide(measured(2, 2000), stage, 3 + BACKOFF_INTERVALS, None)
+    assert count == 0 and reason.startswith("inline: undo: 2 workers delivered 2,000/s, the consumer's thread 2,600/s")
+    assert policy.decide(measured(0, 2600, task_ms=0.35), stage, 4 + 2 * BACKOFF_INTERVALS, None) == (0, "")
+    count, _ = policy.decide(measured(0, 2600, task_ms=0.35), stage, 3 + 3 * BACKOFF_INTERVALS, None)
+    assert count == 2
+
+
+def test_0_workers_is_undone_when_slower_and_tried_again_after_a_doubling_while():
+    policy, stage = InlinePolicy(), FakeStage()
+    decision = 0
+    waits = []
+    for _ in range(3):
+        while policy.decide(measured(2, 2000), stage, decision, 2000) is None:
+            decision += 1
+        tried_at = decision
+        count, reason = policy.decide(measured(0, 1500, task_ms=0.6), stage, decision + 1, None)
+        assert count == 2 and reason.startswith("inline: undo: the consumer's thread delivered 1,500/s, 2 workers "
+                                                "2,000/s")
+        decision += 2
+        waits.append(tried_at)
+    assert waits[1] - waits[0] >= BACKOFF_INTERVALS and waits[2] - waits[1] >= 2 * BACKOFF_INTERVALS
+
+
+def test_0_workers_is_not_tried_for_long_tasks_or_a_consumer_that_is_the_bottleneck():
+    policy, stage = InlinePolicy(), FakeStage()
+    assert policy.decide(measured(4, 2000, task_ms=2.0), stage, 5, 2000) is None      # 4 results' time a task
+    assert policy.decide(measured(2, 200, task_ms=1.0, own_ms=4.8), stage, 5, 200) is None   # the consumer: 208/s at most
+    assert policy.decide(measured(2, 2000, own_ms=None), stage, 5, 2000) is None
+
+
+def test_at_0_workers_a_task_whose_cost_changed_brings_the_workers_back():
+    policy, stage = InlinePolicy(), FakeStage(parked=3)
+    policy.decide(measured(3, 2000), stage, 0, 2000)
+    policy.decide(measured(0, 2500, task_ms=0.4), stage, 1, None)
+    assert policy.decide(measured(0, 2500, task_ms=0.4), stage, 2, None) == (0, "")
+    count, reason = policy.decide(measured(0, 900, task_ms=1.1), stage, 3, None)
+    assert count == 3 and reason.startswith("inline: the work changed: a task takes 1.10 ms in the consumer's "
+                                            "thread, 0.40 ms before: 3 workers again")
+
+
+@pytest.mark.parametrize("cls", MAPS)
+def test_an_auto_map_with_min_workers_0_keeps_its_guarantees_when_its_controller_tries_0(cls):
+    # a cheap map: the controller's own rules try 0 workers once the count held for 4 intervals
+    df = cls(Indexed(4000), Autoscale(interval=0.005, settle_intervals=0, min_workers=0, cpu_budget=2), with_array,
+             strict=True, ordered=True, buffer_size="auto")
+    df.reset_state()
+    with df:
+        epochs = 0
+        deadline = time.monotonic() + 30
+        while not any(c.workers == 0 for c in df.worker_count_history()):
+            assert [dp[0] for dp in df] == list(range(4000)), epochs
+            epochs += 1
+            assert time.monotonic() < deadline, df.worker_count_history()
+        for _ in range(2):                         # whichever count it keeps or tries now
+            assert [dp[0] for dp in df] == list(range(4000))
+    tried = [c for c in df.worker_count_history() if c.workers == 0]
+    assert tried[0].reason.startswith("inline: try the consumer's thread:")
