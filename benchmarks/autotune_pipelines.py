@@ -133,6 +133,7 @@ def build_chain(pipeline, config, report_path=None):
     """The DataFlow of ``pipeline`` with ``config`` ("pinned": a (kind, count) per stage, "auto",
     "tune": tune()'s code), the runner included for the nested chain."""
     from inputpipe.dataflow import MapData, MultiProcessMapData, MultiProcessRunnerZMQ, MultiThreadMapData
+    from inputpipe.dataflow.autoscale import Autoscale
 
     spec = PIPELINES[pipeline]
     if config["kind"] == "tune":
@@ -148,7 +149,9 @@ def build_chain(pipeline, config, report_path=None):
             func = FUNCTIONS[name]
             options = {"ordered": True, "strict": True} if spec.get("ordered") else {}
             if config["kind"] == "auto":
-                count, options["buffer_size"] = "auto", "auto"
+                # "inline": the stages may also map in the consumer's thread (0 workers)
+                count = Autoscale(min_workers=0) if config.get("inline") else "auto"
+                options["buffer_size"] = "auto"
                 kind = THREADS if kind == THREADS else PROCS
             if kind == SERIAL:
                 df = MapData(df, func)

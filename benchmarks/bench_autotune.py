@@ -67,6 +67,8 @@ from autotune_pipelines import PIPELINES, RESULT_PREFIX, label, run_child  # noq
 from autotune_work import spin  # noqa: E402
 
 ROLES = ("hand", "auto", "grid best", "tune()", "tf.data AUTOTUNE")
+#: ``--inline``: "auto" that may map in the consumer's thread.
+INLINE_ROLE = "auto, min_workers=0"
 
 # ----------------------------------------------------------------------------------- the driver
 
@@ -137,7 +139,7 @@ def kill_all(pids):
 
 def measure(pipeline, config, args, calibration, warmup=None):
     """One run in a fresh subprocess (its own session, killed whole on a timeout)."""
-    auto_like = config["kind"] in ("auto", "tf.data")
+    auto_like = config["kind"] in ("auto", "tf.data")    # (with "inline" too)
     spec = {"pipeline": pipeline, "config": config, "calibration": calibration, "seconds": args.seconds,
             "phase_seconds": args.phase_seconds,
             "warmup": warmup if warmup is not None else (args.auto_warmup if auto_like else args.warmup),
@@ -224,6 +226,8 @@ def search(pipeline, args, calibration):
     tuned = measure(pipeline, {"kind": "tune"}, args, calibration)
     print("tune  {:<26} {}".format(pipeline, tuned.get("error") or tuned["label"]), flush=True)
     roles = {"hand": {"kind": "pinned", "stages": spec["hand"]}, "auto": {"kind": "auto", "label": "auto"}}
+    if args.inline:
+        roles[INLINE_ROLE] = {"kind": "auto", "inline": True, "label": INLINE_ROLE}
     if best is not None:
         roles["grid best"] = best["config"]
     if "error" not in tuned:
@@ -290,7 +294,9 @@ def summarize(pipeline, roles, runs, errors, entry, check_ns):
         "step_auto_vs_grid_best": ratio(per_role["auto"]["median_step_ms"],
                                         (per_role.get("grid best") or {}).get("median_step_ms")),
         "consumer_work_auto_vs_hand": ratio(per_role["auto"]["median_consumer_work_ms"],
-                                            per_role["hand"]["median_consumer_work_ms"])}
+                                            per_role["hand"]["median_consumer_work_ms"]),
+        "inline_auto_vs_grid_best": ratio(median.get(INLINE_ROLE), median.get("grid best")),
+        "inline_auto_vs_auto": ratio(median.get(INLINE_ROLE), median["auto"])}
     cells = []
     for role in ROLES:
         info = per_role.get(role)
@@ -372,6 +378,8 @@ def main():
                         help="seconds of each phase of the pipeline whose cost changes (the window is all of them)")
     parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=list(PIPELINES))
     parser.add_argument("--no-tfdata", action="store_true", help="skip tf.data")
+    parser.add_argument("--inline", action="store_true",
+                        help='also run "auto" with Autoscale(min_workers=0) (0 workers: the consumer\'s thread maps)')
     parser.add_argument("--quick", action="store_true", help="one round of short runs, two grid points: every path")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -417,6 +425,17 @@ def main():
           "(CPUs busy outside the benchmark): {}".format(
               args.repeats, "min {min:.2f}, median {median:.2f}, max {max:.2f}".format(
                   **report["others_cpus_during_runs"]) if loads else "-"))
+    inline_rows = [[pipeline, "{:.0f} ({})".format(info["median_datapoints_per_s"],
+                                                   spread(info["spread_datapoints_per_s"] or [])),
+                    history_text(info["runs"][-1]["stages"][0]) if info["runs"] and info["runs"][-1]["stages"] else "-",
+                    fmt_ratio(entry["ratios"]["inline_auto_vs_grid_best"]), fmt_ratio(entry["ratios"]["inline_auto_vs_auto"])]
+                   for pipeline in args.pipelines
+                   for entry in [report["pipelines"][pipeline]]
+                   for info in [entry["roles"].get(INLINE_ROLE)] if info and info["median_datapoints_per_s"]]
+    if inline_rows:
+        print('\n"auto" with Autoscale(min_workers=0) (0 workers: the consumer\'s thread maps), dp/s median (min-max):')
+        print(tabulate(inline_rows, headers=["pipeline", INLINE_ROLE, "workers over time (last round, first stage)",
+                                             "/ grid best", "/ auto"], tablefmt="github"))
     if phase_table:
         print("\nPer phase of the pipeline whose cost changes (dp/s, median (min-max)); best fixed: the best of "
               "the fixed settings run in the rounds, in that phase:")

@@ -29,7 +29,9 @@ up to well over the budget, the stage shrinks. The workers' own memory (``/proc`
 results in flight stay under the memory budget. An explicit number pins a stage; a pinned or an
 auto stage can also be set by hand with ``set_num_workers(n)``. Changing the count keeps every
 guarantee of the stage: each datapoint once, the order of ordered maps, resumable state and
-the same output for any number of workers.
+the same output for any number of workers. A parallel map given ``Autoscale(min_workers=0)``
+may also run with 0 workers, its consumer's thread mapping, when that delivers more
+(:mod:`._parallel.inline_policy`, :mod:`._parallel.inline_map`).
 
 Example::
 
