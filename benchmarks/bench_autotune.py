@@ -41,7 +41,8 @@ and with auto. The pipelines and what runs in each subprocess are in ``autotune_
     python benchmarks/bench_autotune.py --pipelines "slow map" "nested chain" --repeats 5
     python benchmarks/bench_autotune.py --quick               # a smoke run of every path
 
-Writes ``benchmarks/results/autotune.json`` (``--quick``: a file in the temp directory).
+Writes ``benchmarks/results/autotune.json`` (a run of some pipelines: ``autotune-<date>-<time>.json``
+there; ``--quick``: a file in the temp directory).
 """
 import os
 
@@ -350,7 +351,7 @@ def phase_rows(pipeline, per_role, entry):
             if rates:
                 medians[role] = (statistics.median(rates), min(rates), max(rates), info["setting"])
         phase_best = "best in phase {} ({})".format(k + 1, name)
-        best_fixed = max((v for role, v in medians.items() if role not in ("auto", "tune()", "tf.data AUTOTUNE")),
+        best_fixed = max((v for role, v in medians.items() if role not in ("auto", INLINE_ROLE, "tune()", "tf.data AUTOTUNE")),
                          key=lambda v: v[0], default=None)
         entry["phases"][name + " #{}".format(k + 1)] = {
             "medians": {role: v[0] for role, v in medians.items()},
@@ -457,7 +458,9 @@ def main():
         print("\nerrors: " + "; ".join("{} {}: {}".format(p, k, e) for (p, k), e in errors.items()))
     report["seconds_total"] = time.time() - began
     report["machine"]["load_at_end"] = os.getloadavg()
-    path = os.path.join(tempfile.gettempdir() if args.quick else os.path.join(HERE, "results"), "autotune.json")
+    # a run of some of the pipelines does not replace the full run's file
+    name = "autotune.json" if set(args.pipelines) == set(PIPELINES) else time.strftime("autotune-%Y-%m-%d-%H%M.json")
+    path = os.path.join(tempfile.gettempdir() if args.quick else os.path.join(HERE, "results"), name)
     with open(path, "w") as f:
         json.dump(report, f, indent=1, default=str)
     print("wrote {} ({:.0f} s in all)".format(path, report["seconds_total"]))

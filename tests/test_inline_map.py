@@ -277,17 +277,18 @@ class FakeStage:
         return self.parked
 
 
-def measured(workers, rate, task_ms=1.0, own_ms=0.01):
+def measured(workers, rate, task_ms=1.0, own_ms=0.01, send_share=0.3):
     return Measurement(seconds=0.5, workers=workers, wait_share=0.9, busy_share=0.95, delivered_per_s=rate,
                        demand_per_s=None, task_seconds=task_ms / 1e3, cpus_used=None, memory_bytes=0,
-                       consumer_seconds=None if own_ms is None else own_ms / 1e3)
+                       consumer_seconds=None if own_ms is None else own_ms / 1e3, send_share=send_share)
 
 
 def test_0_workers_is_tried_once_the_count_held_and_kept_when_faster():
     policy, stage = InlinePolicy(), FakeStage()
     assert policy.decide(measured(2, 2000), stage, 0, 2000, settled=False) is None
     count, reason = policy.decide(measured(2, 2000), stage, 1, 2000, settled=True)
-    assert count == 0 and reason.startswith("inline: try the consumer's thread: 2 workers deliver 2,000/s")
+    assert count == 0 and reason.startswith("inline: try the consumer's thread: 2 workers deliver 2,000/s, 1.00 ms "
+                                            "of work a task (30% sending it)")
     count, reason = policy.decide(measured(0, 2600, task_ms=0.35), stage, 2, None)
     assert count == 0 and reason.startswith("inline: kept: the consumer's thread delivers 2,600/s")
     assert policy.decide(measured(0, 2600, task_ms=0.35), stage, 3, None) == (0, "")
@@ -317,8 +318,10 @@ def test_0_workers_is_undone_when_slower_and_tried_again_after_a_doubling_while(
     assert waits[1] - waits[0] >= BACKOFF_INTERVALS and waits[2] - waits[1] >= 2 * BACKOFF_INTERVALS
 
 
-def test_0_workers_is_not_tried_for_long_tasks_or_a_consumer_that_is_the_bottleneck():
+def test_0_workers_is_not_tried_for_long_tasks_small_results_or_a_consumer_that_is_the_bottleneck():
     policy, stage = InlinePolicy(), FakeStage()
+    assert policy.decide(measured(2, 2000, send_share=0.05), stage, 5, 2000) is None     # results cheap to move
+    assert policy.decide(measured(2, 2000, send_share=None), stage, 5, 2000) is None     # threads: nothing sent
     assert policy.decide(measured(4, 2000, task_ms=2.0), stage, 5, 2000) is None      # 4 results' time a task
     assert policy.decide(measured(2, 200, task_ms=1.0, own_ms=4.8), stage, 5, 200) is None   # the consumer: 208/s at most
     assert policy.decide(measured(2, 2000, own_ms=None), stage, 5, 2000) is None
@@ -334,20 +337,59 @@ def test_at_0_workers_a_task_whose_cost_changed_brings_the_workers_back():
                                             "thread, 0.40 ms before: 3 workers again")
 
 
-@pytest.mark.parametrize("cls", MAPS)
-def test_an_auto_map_with_min_workers_0_keeps_its_guarantees_when_its_controller_tries_0(cls):
-    # a cheap map: the controller's own rules try 0 workers once the count held for 4 intervals
-    df = cls(Indexed(4000), Autoscale(interval=0.005, settle_intervals=0, min_workers=0, cpu_budget=2), with_array,
-             strict=True, ordered=True, buffer_size="auto")
+def megabyte(dp):
+    return [dp[0], np.full(1 << 20, dp[0] % 251, np.uint8)]
+
+
+def test_an_auto_map_with_min_workers_0_keeps_its_guarantees_when_its_controller_tries_0():
+    # a cheap map of 1 MiB results: the controller's own rules try 0 workers once the count held
+    df = MultiProcessMapData(Indexed(2000), Autoscale(interval=0.01, settle_intervals=0, min_workers=0, cpu_budget=2),
+                             megabyte, strict=True, ordered=True, buffer_size="auto")
     df.reset_state()
     with df:
         epochs = 0
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 40
         while not any(c.workers == 0 for c in df.worker_count_history()):
-            assert [dp[0] for dp in df] == list(range(4000)), epochs
+            got = [(dp[0], int(dp[1][-1])) for dp in df]
+            assert got == [(i, i % 251) for i in range(2000)], epochs
             epochs += 1
             assert time.monotonic() < deadline, df.worker_count_history()
         for _ in range(2):                         # whichever count it keeps or tries now
-            assert [dp[0] for dp in df] == list(range(4000))
+            assert [dp[0] for dp in df] == list(range(2000))
     tried = [c for c in df.worker_count_history() if c.workers == 0]
     assert tried[0].reason.startswith("inline: try the consumer's thread:")
+    assert df.worker_stats()[0]["send_seconds"] > 0
+
+
+def test_a_thread_map_never_tries_0_by_itself():
+    df = MultiThreadMapData(Indexed(3000), Autoscale(interval=0.005, settle_intervals=0, min_workers=0, cpu_budget=2),
+                            megabyte, strict=True, ordered=True, buffer_size="auto")
+    df.reset_state()
+    with df:
+        for _ in range(3):
+            assert [dp[0] for dp in df] == list(range(3000))
+        assert df._controller.decisions > 20
+    assert 0 not in [c.workers for c in df.worker_count_history()]
+
+
+def test_a_pool_resized_directly_while_the_consumer_maps_keeps_epochs_exact():
+    rng = random.Random(5)
+    df = MultiProcessMapData(Indexed(300), 2, with_array, strict=True, ordered=True, buffer_size=12)
+    df.reset_state()
+    with df:
+        for epoch in range(3):
+            got = []
+            for dp in df:
+                got.append(dp[0])
+                pool = df._pool
+                draw = rng.random()
+                if draw < 0.05:
+                    df.set_num_workers(rng.choice([0, 0, 1, 3]))
+                elif draw < 0.1:
+                    pool.add_worker()                     # behind the scheduler's back: parked at 0 workers
+                elif draw < 0.15 and pool.num > 1:
+                    pool.retire_worker(rng.choice(pool.active_ranks))
+            assert got == list(range(300)), epoch
+        counts = [c.workers for c in df.worker_count_history()]
+        assert 0 in counts and counts[-1] == df.num_workers
+        assert df.num_workers + df._parked_workers() == df._pool.num

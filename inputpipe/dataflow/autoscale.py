@@ -130,8 +130,8 @@ FILL_GOAL = 0.98
 
 
 #: ``(time, waited, busy seconds, items, CPU seconds, run-queue seconds, the consumer's own
-#: seconds)``, cumulative.
-_Sample = Tuple[float, float, float, int, Optional[float], Optional[float], float]
+#: seconds, the workers' seconds sending results)``, cumulative.
+_Sample = Tuple[float, float, float, int, Optional[float], Optional[float], float, Optional[float]]
 
 
 # ------------------------------------------------------------------------------------- the stages
@@ -202,14 +202,15 @@ class Controller:
     # -- measuring ------------------------------------------------------------------------------
     def _sample(self) -> _Sample:
         """``(time, waited, busy seconds, items, CPU seconds, run-queue seconds, the consumer's
-        own seconds)`` of the stage, cumulative."""
+        own seconds, the workers' seconds sending)`` of the stage, cumulative."""
         busy, items = self.stage._scaling_counters()
         cpu, queued = self.stage._scaling_cpu()
-        return _monotonic(), self.stage._waited, busy, items, cpu, queued, getattr(self.stage, "_consumer_seconds", 0.0)
+        return (_monotonic(), self.stage._waited, busy, items, cpu, queued, getattr(self.stage, "_consumer_seconds", 0.0),
+                self.stage._scaling_send())
 
     def _measure(self, now: _Sample) -> Measurement:
-        t0, waited0, busy0, items0, cpu0, queued0, own0 = self._base
-        t1, waited1, busy1, items1, cpu1, queued1, own1 = now
+        t0, waited0, busy0, items0, cpu0, queued0, own0, sent0 = self._base
+        t1, waited1, busy1, items1, cpu1, queued1, own1, sent1 = now
         seconds = max(t1 - t0, 1e-9)
         workers = self.stage._active_workers()
         slots = max(workers, 1)                  # (0 workers: the consumer's thread maps)
@@ -227,13 +228,14 @@ class Controller:
             task_seconds=busy / items if items else None,
             cpus_used=None if cpu is None else cpu / seconds, memory_bytes=memory, cpu_share=self._measure_share(now),
             working_share=None if queued is None else max(0.0, min(1.0, (busy - queued) / (seconds * slots))),
-            idle_cpus=self._idle.sample(), consumer_seconds=(own1 - own0) / items if items and own1 > own0 else None)
+            idle_cpus=self._idle.sample(), consumer_seconds=(own1 - own0) / items if items and own1 > own0 else None,
+            send_share=None if sent0 is None or sent1 is None or busy <= 0 else min(1.0, max(0.0, sent1 - sent0) / busy))
 
     def _measure_share(self, now: _Sample) -> Optional[float]:
         """The workers' CPU share since it was last measured, once they have worked
         :data:`SHARE_MIN_BUSY_SECONDS` each since then (None before)."""
-        _, _, busy0, _, cpu0, queued0, _ = self._share_base
-        _, _, busy1, _, cpu1, queued1, _ = now
+        _, _, busy0, _, cpu0, queued0, _, _ = self._share_base
+        _, _, busy1, _, cpu1, queued1, _, _ = now
         workers = self.stage._active_workers()
         if workers == 0:                         # the consumer's thread maps: no worker's share to measure
             self._share_base = now

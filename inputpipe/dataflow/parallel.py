@@ -119,7 +119,7 @@ def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[i
             sending = time.perf_counter()                        # waiting for room was not
             nbytes = end.send_datapoint(message)
             started = time.perf_counter()
-            end.count_work(started - sending)
+            end.count_work(started - sending, sending=True)
             unacknowledged.append(nbytes)
             state["bytes"] += nbytes
         if state["restore"] is not None:

@@ -230,7 +230,7 @@ def _serve_map(rank: int, end, map_func: Callable, batch_size: Optional[int]) ->
             end.count_work(time.perf_counter() - started, 1)
             sending = time.perf_counter()
             end.send_datapoint([generation, ticket, result])
-            end.count_work(time.perf_counter() - sending)
+            end.count_work(time.perf_counter() - sending, sending=True)
 
 
 class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
@@ -332,9 +332,10 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
 
     def worker_stats(self) -> List[Dict[str, Any]]:
         """One dict per worker process ever started, cumulative since it started:
-        ``{"rank": int, "busy_seconds": float, "items": int, "active": bool}``. ``busy_seconds`` is
-        the time spent mapping and sending results (not waiting for tasks or for room to send);
-        ``items`` counts the results sent; ``active``: it gets tasks (a worker retired by
+        ``{"rank": int, "busy_seconds": float, "send_seconds": float, "items": int, "active": bool}``.
+        ``busy_seconds`` is the time spent mapping and sending results (not waiting for tasks or for
+        room to send), of it ``send_seconds`` sending (copying a result into shared memory, writing
+        its message); ``items`` counts the results sent; ``active``: it gets tasks (a worker retired by
         ``"auto"`` or ``set_num_workers`` keeps its last values). Values are as of each worker's
         latest result. Empty before ``reset_state()``; the last values after ``close()``.
 

@@ -261,9 +261,10 @@ class WorkerEnd:
     """
 
     def __init__(self, spec: WorkerSpec):
-        #: Seconds of work and items done so far, as counted by the worker's loop (see
-        #: :meth:`count_work`); each message to the parent carries them.
+        #: Seconds of work (of them, sending results) and items done so far, as counted by the
+        #: worker's loop (see :meth:`count_work`); each message to the parent carries them.
         self.busy_seconds = 0.0
+        self.send_seconds = 0.0
         self.items = 0
         self._conn = spec.result_writer
         self._commands = spec.command_reader
@@ -284,11 +285,13 @@ class WorkerEnd:
         self._copier = ParallelCopier(name="inputpipe-worker-copy")
         self._prepared: Dict[int, Tuple[int, int]] = {}    # offset in the mapping -> (region id, base)
 
-    def count_work(self, seconds: float, items: int = 0) -> None:
+    def count_work(self, seconds: float, items: int = 0, sending: bool = False) -> None:
         """Add to the work counts that the next message carries to the parent (for profilers:
-        :meth:`ParentEnd.busy_seconds`)."""
+        :meth:`ParentEnd.busy_seconds`); ``sending``: the seconds were spent sending results."""
         self.busy_seconds += seconds
         self.items += items
+        if sending:
+            self.send_seconds += seconds
 
     def _send_control(self, control: dict) -> None:
         self._conn.send_bytes(serialize.dumps(control))
@@ -434,7 +437,8 @@ class WorkerEnd:
 
     def _send_datapoint(self, obj: Any) -> int:
         try:
-            whole = serialize.dumps_frames({"k": _INLINE, "v": obj, "b": self.busy_seconds, "n": self.items})
+            whole = serialize.dumps_frames({"k": _INLINE, "v": obj, "b": self.busy_seconds, "n": self.items,
+                                            "s": self.send_seconds})
         except TypeError:
             serialize.dumps_frames(obj)     # raises the same error, located in the datapoint itself
             raise
@@ -447,7 +451,7 @@ class WorkerEnd:
         mm = self._mm
         use_shm = mm is not None and _uses_shared_memory(lengths)
         control = {"k": _DATA, "h": bytes(frames[0]), "len": lengths, "r": -1, "o": 0,
-                   "b": self.busy_seconds, "n": self.items, "c": self.shared_bytes()}
+                   "b": self.busy_seconds, "n": self.items, "s": self.send_seconds, "c": self.shared_bytes()}
         built_in_place = self._prepared_slot(payload) if use_shm else None
         if built_in_place is not None:               # already where the parent reads it: no copy
             control["r"], control["o"] = built_in_place
@@ -532,7 +536,8 @@ class ParentEnd:
 
     ``pipe_fallbacks`` counts the large datapoints that came through the pipe because the
     shared-memory segment was full of arrays the consumer still held (or did not fit at all).
-    ``busy_seconds`` and ``items`` are the worker's work counts as of its latest message.
+    ``busy_seconds`` (of it ``send_seconds``, sending results) and ``items`` are the worker's
+    work counts as of its latest message.
 
     Example::
 
@@ -550,6 +555,7 @@ class ParentEnd:
         self._states: Optional[np.ndarray] = _table(mm, capacity) if mm is not None else None
         self.pipe_fallbacks = 0
         self.busy_seconds = 0.0
+        self.send_seconds = 0.0
         self.items = 0
         #: Bytes of memory the worker's segment holds, as of its latest datapoint through it.
         self.shared_bytes = 0
@@ -563,6 +569,7 @@ class ParentEnd:
         kind = control.get("k") if isinstance(control, dict) else None
         if kind in (_INLINE, _DATA):
             self.busy_seconds, self.items = control["b"], control["n"]
+            self.send_seconds = control.get("s", 0.0)
         if kind == _INLINE:
             return "data", control["v"]
         if kind == _ERROR:

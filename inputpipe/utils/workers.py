@@ -127,12 +127,13 @@ class WorkerPool:
         return sum(self._ends[rank].shared_bytes for rank in self._active)
 
     def worker_stats(self) -> List[dict]:
-        """``{"rank", "busy_seconds", "items", "active"}`` of each worker ever started (retired
+        """``{"rank", "busy_seconds", "send_seconds", "items", "active"}`` of each worker ever started (retired
         ones keep their last values, so sums over the list only grow), as of its latest message
         (cumulative since it started; what counts as busy is up to the worker's loop, see
         :meth:`~inputpipe.utils.channel.WorkerEnd.count_work`). Empty before :meth:`start`."""
         active = set(self._active)
-        return [{"rank": rank, "busy_seconds": end.busy_seconds, "items": end.items, "active": rank in active}
+        return [{"rank": rank, "busy_seconds": end.busy_seconds, "send_seconds": end.send_seconds, "items": end.items,
+                 "active": rank in active}
                 for rank, end in enumerate(self._ends)]
 
     def start(self) -> None:
@@ -400,8 +401,9 @@ class WorkerPoolOwner:
 
     def worker_stats(self) -> List[dict]:
         """One dict per worker process, cumulative since the workers started:
-        ``{"rank": int, "busy_seconds": float, "items": int}``. ``busy_seconds`` is the time spent
-        on the user's work and on sending its results (not waiting for tasks or for room to send);
+        ``{"rank": int, "busy_seconds": float, "send_seconds": float, "items": int}``. ``busy_seconds``
+        is the time spent on the user's work and on sending its results (not waiting for tasks or for
+        room to send), of it ``send_seconds`` sending;
         ``items`` counts the results sent. Values are as of each worker's latest result (a task
         old at most). Empty before ``reset_state()``; the last values after ``close()``.
 

@@ -55,7 +55,8 @@ class Measurement(NamedTuple):
     the workers' waits for a CPU; None when those are not known), ``idle_cpus`` (CPUs of the
     process left unused over the interval, by any program: :mod:`inputpipe.utils.cpu_idle`) and
     ``consumer_seconds`` (the consumer's own time per result, between taking one and asking for
-    the next: measured where the stage may map in the consumer's thread, else None)."""
+    the next: measured where the stage may map in the consumer's thread, else None) and
+    ``send_share`` (of the workers' busy time spent sending results: worker processes; else None)."""
     seconds: float
     workers: int
     wait_share: float
@@ -69,6 +70,7 @@ class Measurement(NamedTuple):
     working_share: Optional[float] = None
     idle_cpus: Optional[float] = None
     consumer_seconds: Optional[float] = None
+    send_share: Optional[float] = None
 
 
 class Autoscale:

@@ -7,6 +7,9 @@ task would cost in the consumer's thread cannot be measured while the workers ru
 the CPUs, their caches and the memory bus: one task mapped there then took 3-4 times as long
 as alone), so the controller tries 0 workers, when
 
+- the workers spend at least :data:`LEAST_SEND_SHARE` of their time sending results (copying
+  them into shared memory, writing their messages): only that is saved at 0 workers, so a map
+  whose results are small relative to its work never tries (threads, which send nothing, neither);
 - a worker's time per task is at most :data:`MOST_RESULTS_A_TASK` results' time (the stage runs
   about two workers' worth or less: with more, the consumer's thread alone cannot keep up, and
   a trial that fails loses at most part of an interval), and
@@ -27,9 +30,12 @@ Example::
 """
 from typing import Any, Optional, Tuple
 
-__all__ = ["InlinePolicy", "INLINE_GAIN", "MOST_RESULTS_A_TASK", "BACKOFF_INTERVALS", "BACKOFF_MOST"]
+__all__ = ["InlinePolicy", "INLINE_GAIN", "LEAST_SEND_SHARE", "MOST_RESULTS_A_TASK", "BACKOFF_INTERVALS",
+           "BACKOFF_MOST"]
 
-#: 0 workers is tried while a worker's time per task is at most this many results' time ...
+#: 0 workers is tried while the workers spend at least this share of their busy time sending ...
+LEAST_SEND_SHARE = 0.2
+#: ... a worker's time per task is at most this many results' time ...
 MOST_RESULTS_A_TASK = 2.5
 #: ... and the consumer's own time per result leaves room for this share more results.
 INLINE_GAIN = 0.1
@@ -78,12 +84,13 @@ class InlinePolicy:
         own = m.consumer_seconds
         if not settled or decisions < self._not_before or own is None or not m.task_seconds or rate <= 0:
             return None
-        if m.task_seconds > MOST_RESULTS_A_TASK / rate or own * (1 + INLINE_GAIN) * rate >= 1.0:
+        if m.send_share is None or m.send_share < LEAST_SEND_SHARE or m.task_seconds > MOST_RESULTS_A_TASK / rate \
+                or own * (1 + INLINE_GAIN) * rate >= 1.0:
             return None
         self._trial = ("in", rate_before or rate, m.workers)
-        return 0, "{}: try the consumer's thread: {} workers deliver {}/s, {:.2f} ms of work a task; the " \
-                  "consumer's own {:.3f} ms a result".format(REASON, m.workers, _rate(rate), 1e3 * m.task_seconds,
-                                                             1e3 * own)
+        return 0, "{}: try the consumer's thread: {} workers deliver {}/s, {:.2f} ms of work a task ({:.0%} " \
+                  "sending it); the consumer's own {:.3f} ms a result".format(
+                      REASON, m.workers, _rate(rate), 1e3 * m.task_seconds, m.send_share, 1e3 * own)
 
     def _judge(self, m: Any, decisions: int) -> Optional[Tuple[int, str]]:
         kind, rate_before, count_before = self._trial or ("", 0.0, 0)

@@ -183,13 +183,19 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
             if rank not in self._in_flight:
                 self._in_flight[rank] = 0
                 self._waiting_since[rank] = None
-                self._active.append(rank)
-        for rank in [r for r in self._active if r not in ranks]:
-            self._active.remove(rank)
+                # (at 0 workers the consumer's thread keeps mapping: a new worker waits, parked)
+                (self._parked_ranks if self._mapping_inline else self._active).append(rank)
+        for rank in [r for r in self._active + self._parked_ranks if r not in ranks]:
+            (self._active if rank in self._active else self._parked_ranks).remove(rank)
             if self._in_flight[rank]:
                 self._retiring.add(rank)
             else:
                 self._retired(rank)
+        if not self._active and not self._mapping_inline:
+            # the pool kept only workers the scheduler was retiring: they take tasks again
+            for rank in [r for r in ranks if r in self._retiring]:
+                self._retiring.discard(rank)
+                self._active.append(rank)
         self._workers_changed()
 
     # ------------------------------------------------------------------------------ changing size
@@ -348,6 +354,11 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
             busy, items = busy + self._inline.busy_seconds, items + self._inline.items
         return busy, items
 
+    def _scaling_send(self) -> Optional[float]:
+        """The seconds the workers spent sending results so far (None where they do not say)."""
+        sent = [s["send_seconds"] for s in self.worker_stats() if "send_seconds" in s]
+        return sum(sent) if sent else None
+
     def _with_inline_cpu(self, clocks: Tuple[Optional[float], Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
         """The workers' ``(CPU seconds, run-queue seconds)`` with the CPU the consumer's thread
         spent mapping."""
@@ -405,7 +416,7 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
         position = self._position
         self._sync_workers()
         inline = self._inline
-        while self._in_flight_total + len(self._pending) + len(self._ready) < max(self.buffer_size, 1):
+        while self._unanswered() + len(self._pending) + len(self._ready) < max(self.buffer_size, 1):
             if self._source is None:
                 return
             # mapping inline: one task at a time, when nothing else is due
@@ -446,6 +457,13 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
             self._in_flight[rank] += 1
             self._in_flight_total += 1
             self._generation_in_flight += 1
+
+    def _unanswered(self) -> int:
+        """Tasks in flight that count against ``buffer_size``: at 0 workers, those of the
+        consumer's thread (the parked workers' are bounded by what they held)."""
+        if self._mapping_inline and self._inline is not None:
+            return len(self._inline.answers)
+        return self._in_flight_total
 
     def _collect(self) -> None:
         """Wait up to one poll interval for an answer; move the results now due to ``_ready``.

@@ -212,6 +212,10 @@ class ResizableStage:
         """Workers parked while the consumer's thread maps (0 workers)."""
         return 0
 
+    def _scaling_send(self) -> Optional[float]:
+        """Seconds the workers spent sending results so far, of their busy seconds (None: not known)."""
+        return None
+
     def _scaling_counters(self) -> Tuple[float, int]:
         raise NotImplementedError
 
