@@ -192,7 +192,7 @@ def test_ctrl_c_while_a_monitored_session_waits_for_a_replay_acts_within_3_s(tmp
     assert proc.returncode != 0
     assert "KeyboardInterrupt" in err, err[-2000:]
     assert "FIRST STEP RAN" not in out
-    assert "INTERRUPTED; threads left: []" in out, out
+    assert "INTERRUPTED; threads left: []" in out, (out, err[-3000:])
     deadline = time.monotonic() + 2
     while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in workers) \
             and time.monotonic() < deadline:
@@ -228,3 +228,31 @@ def test_a_stop_request_ends_a_replay_in_the_iterating_thread_only():
     assert not thread.is_alive()
     assert outcome == ["LocallyShuffleData: the thread iterating it was asked to stop"]
     assert threading.current_thread() is threading.main_thread()
+
+
+class _SourceThatFailsToStop:
+    """Starts with a Ctrl-C and fails while it is being stopped."""
+    name = "FakeInput"
+    _closed = False
+
+    def __init__(self):
+        self.closed = 0
+
+    def _start(self, session, coord):
+        raise KeyboardInterrupt()
+
+    def close(self):
+        self.closed += 1
+        raise RuntimeError("the feeding thread is stuck")
+
+
+def test_a_ctrl_c_while_a_source_starts_reaches_the_loop_even_when_stopping_the_source_fails(caplog):
+    from inputpipe.input_source.base import InputSourceHook
+
+    source = _SourceThatFailsToStop()
+    with caplog.at_level("WARNING"):
+        with pytest.raises(KeyboardInterrupt):
+            InputSourceHook(source).after_create_session(None, None)
+    assert source.closed == 1
+    assert "FakeInput: stopping after KeyboardInterrupt failed too: RuntimeError: the feeding thread is stuck" \
+        in caplog.text

@@ -27,7 +27,7 @@ from ..dataflow.base import NotResumableError
 from ..utils.logger import get_logger
 from .callback_hooks import CallbackHook, callbacks_as_hooks
 from .dependency import FetchDependencies
-from .errors import InputSourceError, failure_error
+from .errors import InputSourceError, cleanup_after, failure_error
 from .placement import on_host
 from .session import hooked_session
 from .signature import normalize_signature
@@ -506,10 +506,11 @@ class InputSourceHook(tf.compat.v1.train.SessionRunHook):
         self.source._closed = False
         try:
             self.source._start(session, coord)
-        except BaseException:
+        except BaseException as err:
             # the session will not run (an error, or Ctrl-C while StagingInput prefills): whoever
-            # created it may not end the hooks, so stop what the source started now
-            self.source.close()
+            # created it may not end the hooks, so stop what the source started now; what goes
+            # wrong while stopping is logged, and the error that stopped the session is raised
+            cleanup_after(err, self.source.name, self.source.close)
             raise
 
     def end(self, session) -> None:

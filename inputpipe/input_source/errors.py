@@ -15,9 +15,13 @@ Example::
         assert isinstance(err, InputSourceError)
 """
 import threading
-from typing import Dict, Optional, Type
+from typing import Callable, Dict, Optional, Type
 
-__all__ = ["InputSourceError", "failure_error"]
+from ..utils.logger import get_logger
+
+__all__ = ["InputSourceError", "failure_error", "cleanup_after"]
+
+logger = get_logger(__name__)
 
 
 class InputSourceError(ValueError, RuntimeError):
@@ -88,3 +92,21 @@ def failure_error(message: str, cause: Optional[BaseException]) -> InputSourceEr
     error = _matching_class(type(cause))(message) if cause is not None else InputSourceError(message)
     error.__cause__ = cause
     return error
+
+
+def cleanup_after(err: BaseException, component: str, cleanup: Callable[[], None]) -> None:
+    """Run ``cleanup`` while ``err`` is on its way up: an error of the cleanup is logged (a
+    warning naming ``component``), never raised in place of ``err`` (a Ctrl-C must reach the
+    training loop as KeyboardInterrupt).
+
+    Example::
+
+        except BaseException as err:
+            cleanup_after(err, "QueueInput", source.close)
+            raise
+    """
+    try:
+        cleanup()
+    except Exception as failure:        # logged: the original error is the one raised
+        logger.warning("%s: stopping after %s failed too: %s: %s", component, type(err).__name__,
+                       type(failure).__name__, failure, exc_info=True)

@@ -22,7 +22,7 @@ from ..utils.compat import shape_text
 from ..utils.concurrency import POLL_INTERVAL
 from ..utils.logger import get_logger
 from .base import FeedfreeInput, Tower, timed_input
-from .errors import InputSourceError
+from .errors import InputSourceError, cleanup_after
 from .feeder import EnqueueThread
 from ._iteration import close_dataflow, iterate_datapoints
 from .placement import on_host
@@ -358,8 +358,8 @@ class QueueInput(FeedfreeInput):
             if state is not None:
                 (self._worker_feed or self.ds).set_state(state)
                 logger.info("%s: the DataFlow continues from the restored input position", self.name)
-        except BaseException:
-            self._close_data()          # the session will not start: stop the DataFlow's workers now
+        except BaseException as err:
+            cleanup_after(err, self.name, self._close_data)   # the session will not start: stop the workers now
             raise
         self._position.warn_saved()
         self._session = session

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from ..utils.compat import Literal
 from ..utils.logger import get_logger
+from .errors import cleanup_after
 
 __all__ = ["HookedSession", "hooked_session"]
 
@@ -50,8 +51,8 @@ class HookedSession:
         try:
             for hook in self.hooks:
                 hook.after_create_session(self.session, self.coord)
-        except BaseException:
-            self._shutdown(failed=True)
+        except BaseException as err:
+            cleanup_after(err, "HookedSession", lambda: self._shutdown(failed=True))
             raise
         return self
 
