@@ -117,7 +117,7 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
         #: The consumer's thread as a worker (0 workers), where supported.
         self._inline = InlineMapper(name, self._map_inline) if self._maps_inline else None
         self._mapping_inline = False             # 0 workers: the consumer's thread maps every task
-        self._parked_ranks: List[int] = []             # ranks without tasks while it does
+        self._parked_ranks: List[int] = []       # ranks without tasks while it does
         self._consumer_seconds = 0.0             # the consumer's time between datapoints, when timed
         self._started = False
         self._closed = False
