@@ -212,14 +212,17 @@ def test_cpu_work_beside_cpu_hogs_is_measured_as_cpu_work():
 def test_a_sleeping_map_gets_threads_more_than_the_cores():
     result = tune(MapData(DataFromGenerator(_numbers), nap_10ms), consumer_rate=400, **RUN)
     choice = result.stage("MapData(nap_10ms)")
-    # 400/s x (10 ms per call + up to a 5 ms switch interval to take the GIL back after the sleep)
-    # x 1.1 margin = 6.6 workers -> 7 (stays 7 up to 11.2 ms per sleep)
-    assert (choice.after, choice.workers, choice.unit) == ("MultiThreadMapData", 7, "threads")
+    # 400/s x (10 ms per call + up to a 5 ms switch interval to take the GIL back after the sleep,
+    # charged for the share of the call that waits) x 1.1 margin: 6.6 workers -> 7 on a quiet
+    # machine; on a loaded one the measured call moves the count (beside two copies of the suite it
+    # chose 6), within 400 x 10 ms x 1.1 = 4.4 -> 5 (no switch interval) and 400 x (11.5 + 5) ms
+    # x 1.1 = 7.3 -> 8
+    assert (choice.after, choice.unit) == ("MultiThreadMapData", "threads") and 5 <= choice.workers <= 8, choice
     assert choice.cpu_share < 0.2
     assert result.limit == "consumer" and result.expected_datapoints_per_sec <= 400
-    assert "MultiThreadMapData(df, 7, nap_10ms, strict=True, ordered=True)" in result.code
+    assert "MultiThreadMapData(df, {}, nap_10ms, strict=True, ordered=True)".format(choice.workers) in result.code
     flow, stages = _built(result)
-    assert [type(s) for s in stages] == [MultiThreadMapData, DataFromGenerator] and flow.num_workers == 7
+    assert [type(s) for s in stages] == [MultiThreadMapData, DataFromGenerator] and flow.num_workers == choice.workers
     assert _first(flow, 12) == [[i] for i in range(12)]
 
 
