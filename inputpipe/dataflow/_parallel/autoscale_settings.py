@@ -55,7 +55,7 @@ class Measurement(NamedTuple):
     the workers' waits for a CPU; None when those are not known), ``idle_cpus`` (CPUs of the
     process left unused over the interval, by any program: :mod:`inputpipe.utils.cpu_idle`) and
     ``consumer_seconds`` (the consumer's own time per result, between taking one and asking for
-    the next: measured where the stage may map in the consumer's thread, else None) and
+    the next: measured by the parallel maps, else None) and
     ``send_share`` (of the workers' busy time spent sending results: worker processes; else None)."""
     seconds: float
     workers: int

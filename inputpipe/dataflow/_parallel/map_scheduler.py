@@ -118,7 +118,7 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
         self._inline = InlineMapper(name, self._map_inline) if self._maps_inline else None
         self._mapping_inline = False             # 0 workers: the consumer's thread maps every task
         self._parked_ranks: List[int] = []       # ranks without tasks while it does
-        self._consumer_seconds = 0.0             # the consumer's time between datapoints, when timed
+        self._consumer_seconds = 0.0             # the consumer's own time between datapoints
         self._started = False
         self._closed = False
 
@@ -521,11 +521,6 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
                     "map_func stuck?".format(now - since, self._in_flight[rank], self.map_timeout)))
                 raise self._hung
 
-    def _times_consumer(self) -> bool:
-        """Whether to time the consumer's own work between datapoints: the controller of a stage
-        that may map in the consumer's thread weighs it."""
-        return self._inline is not None and self._autoscale is not None and self._autoscale.min_workers == 0
-
     # (defined here too: DataFlow takes a class that defines __iter__ without get_state as not resumable)
     get_state = ResumableMap.get_state
 
@@ -552,18 +547,14 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
         self._ready.clear()
         self._next_key = self._next_yield = position.watermark
         self._source = iter(self.ds)
-        timed = self._times_consumer()
         while True:
             while self._ready:
                 key, result = self._ready.popleft()
                 position.passed(key)
                 if result is not None:
-                    if timed:
-                        started = time.perf_counter()
-                        yield result
-                        self._consumer_seconds += time.perf_counter() - started
-                    else:
-                        yield result
+                    started = time.perf_counter()
+                    yield result
+                    self._consumer_seconds += time.perf_counter() - started    # (the consumer's own time)
                     result = None          # not held while the next is made (its memory is reused)
             self._fill(restart_source=False)
             if self._source is None and self._generation_in_flight == 0 and not self._pending:
@@ -577,18 +568,14 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
             self._source = iter(self.ds)
             self._pass_start, self._pass_mark = self._next_key, self._read_mark()
         dropped, passes_before = 0, self._passes       # results of None in a row, since which pass
-        timed = self._times_consumer()
         while True:
             if self._ready:
                 _, result = self._ready.popleft()
                 if result is not None:
                     dropped, passes_before = 0, self._passes
-                    if timed:
-                        started = time.perf_counter()
-                        yield result
-                        self._consumer_seconds += time.perf_counter() - started
-                    else:
-                        yield result
+                    started = time.perf_counter()
+                    yield result
+                    self._consumer_seconds += time.perf_counter() - started    # (the consumer's own time)
                     result = None          # not held while the next is made (its memory is reused)
                     continue
                 dropped += 1
