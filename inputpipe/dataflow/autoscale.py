@@ -53,9 +53,9 @@ from ..utils import resources
 from ..utils.cpu_idle import IdleCpus
 from ..utils.logger import get_logger
 from ._parallel.inline_policy import REASON as INLINE_REASON, InlinePolicy
-from ._parallel.autoscale_settings import (AUTO, BUDGET_REFRESH, START_WORKERS, WORKERS_PER_CPU, Autoscale,
+from ._parallel.autoscale_settings import (AUTO, BUDGET_REFRESH, WORK_CHANGED, START_WORKERS, WORKERS_PER_CPU, Autoscale,
                                            Measurement, WorkerCountChange, auto_stages, buffer_setting, stage_name,
-                                           worker_count)
+                                           worker_count, rate_text)
 
 __all__ = ["AUTO", "Autoscale", "Controller", "Measurement", "WorkerCountChange", "auto_stages", "stage_name",
            "worker_count", "buffer_setting", "WORKERS_PER_CPU", "START_WORKERS", "BUDGET_REFRESH"]
@@ -88,10 +88,6 @@ BEFORE_INTERVALS = 4
 BEFORE_RATE_SPREAD = 1.25
 #: Intervals a count that was undone stays out of reach (then it is tried again).
 BLOCKED_INTERVALS = 20
-#: A change is not judged (undone) when the CPU time per result changed by this factor across it:
-#: the work itself changed (a phase of the run), so the rates before and after do not compare.
-#: (Workers that contend for the GIL or a disk take longer per result, not more CPU.)
-WORK_CHANGED = 1.5
 #: An interval lasts at least this many tasks of a worker (long tasks: longer intervals).
 TASKS_PER_INTERVAL = 3
 #: Changes kept in a stage's history (the oldest are dropped).
@@ -307,7 +303,7 @@ class Controller:
             return self.settings.policy(m), "policy"
         n = m.workers
         shares = "the consumer waited {:.0%} of {:.2f} s, {} workers busy {:.0%}, {} results/s".format(
-            m.wait_share, m.seconds, n, m.busy_share, _rate(m.delivered_per_s))
+            m.wait_share, m.seconds, n, m.busy_share, rate_text(m.delivered_per_s))
         undone = self._undo_if_unhelpful(m)
         if undone is not None:
             return undone
@@ -376,8 +372,8 @@ class Controller:
                 return m.workers, ""             # within an interval's noise of enough: measure on before judging
             self._ceiling = (after, self.decisions + BLOCKED_INTERVALS)
             return before, "undo: {} workers delivered {}/s{}, {} delivered {}/s".format(
-                after, _rate(rate), "" if looks == 1 else " over {} intervals".format(looks), before,
-                _rate(rate_before))
+                after, rate_text(rate), "" if looks == 1 else " over {} intervals".format(looks), before,
+                rate_text(rate_before))
         if after < before and m.wait_share >= GROW_WAIT:
             self._floor = (before, self.decisions + BLOCKED_INTERVALS)
             return before, "undo: the consumer waited {:.0%} with {} workers".format(m.wait_share, after)
@@ -495,7 +491,3 @@ def _cpu_per_result(m: Measurement) -> Optional[float]:
 
 def _cpus(value: float) -> str:
     return "{:g}".format(round(value, 2))
-
-
-def _rate(value: float) -> str:
-    return "{:,.0f}".format(value) if value >= 10 else "{:.2g}".format(value)

@@ -27,6 +27,15 @@ WORKERS_PER_CPU = int(round(1 / resources.MIN_CPU_SHARE))
 START_WORKERS = 2
 #: Seconds between readings of the system's CPU budget (the memory budget is read once).
 BUDGET_REFRESH = 10.0
+#: A change is not judged (undone) when the CPU time per result changed by this factor across it:
+#: the work itself changed (a phase of the run), so the rates before and after do not compare.
+#: (Workers that contend for the GIL or a disk take longer per result, not more CPU.)
+WORK_CHANGED = 1.5
+
+
+def rate_text(value: float) -> str:
+    """A rate for a history entry: ``"2,156"``, ``"3.5"``."""
+    return "{:,.0f}".format(value) if value >= 10 else "{:.2g}".format(value)
 
 
 class WorkerCountChange(NamedTuple):

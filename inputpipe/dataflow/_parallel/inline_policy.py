@@ -30,6 +30,8 @@ Example::
 """
 from typing import Any, Optional, Tuple
 
+from .autoscale_settings import WORK_CHANGED, rate_text
+
 __all__ = ["InlinePolicy", "INLINE_GAIN", "LEAST_SEND_SHARE", "MOST_RESULTS_A_TASK", "BACKOFF_INTERVALS",
            "BACKOFF_MOST"]
 
@@ -45,8 +47,6 @@ WORKERS_GAIN = 0.02
 #: tried again at 0 workers; doubled at each undo, at most :data:`BACKOFF_MOST`.
 BACKOFF_INTERVALS = 20
 BACKOFF_MOST = 640
-#: A task's cost that moved by this factor: the work changed (as the controller's WORK_CHANGED).
-WORK_CHANGED = 1.5
 
 #: Reasons of the moves start with this (the controller does not judge them as its own changes).
 REASON = "inline"
@@ -90,7 +90,7 @@ class InlinePolicy:
         self._trial = ("in", rate_before or rate, m.workers)
         return 0, "{}: try the consumer's thread: {} workers deliver {}/s, {:.2f} ms of work a task ({:.0%} " \
                   "sending it); the consumer's own {:.3f} ms a result".format(
-                      REASON, m.workers, _rate(rate), 1e3 * m.task_seconds, m.send_share, 1e3 * own)
+                      REASON, m.workers, rate_text(rate), 1e3 * m.task_seconds, m.send_share, 1e3 * own)
 
     def _judge(self, m: Any, decisions: int) -> Optional[Tuple[int, str]]:
         kind, rate_before, count_before = self._trial or ("", 0.0, 0)
@@ -100,10 +100,10 @@ class InlinePolicy:
             if rate >= rate_before:
                 self._workers_not_before = decisions + self._backoff
                 return 0, "{}: kept: the consumer's thread delivers {}/s, {} workers delivered {}/s".format(
-                    REASON, _rate(rate), count_before, _rate(rate_before))
+                    REASON, rate_text(rate), count_before, rate_text(rate_before))
             self._back_off(decisions)
             return count_before, "{}: undo: the consumer's thread delivered {}/s, {} workers {}/s".format(
-                REASON, _rate(rate), count_before, _rate(rate_before))
+                REASON, rate_text(rate), count_before, rate_text(rate_before))
         if kind == "out" and m.workers > 0:
             if rate > (1 + WORKERS_GAIN) * rate_before:
                 self._backoff = BACKOFF_INTERVALS        # the workers win again: 0 may be tried soon
@@ -112,7 +112,7 @@ class InlinePolicy:
             self._back_off(decisions)
             self._workers_not_before = decisions + self._backoff     # (longer than the last while)
             return 0, "{}: undo: {} workers delivered {}/s, the consumer's thread {}/s".format(
-                REASON, m.workers, _rate(rate), _rate(rate_before))
+                REASON, m.workers, rate_text(rate), rate_text(rate_before))
         return None                                   # the count was changed by other means meanwhile
 
     def _at_zero(self, m: Any, stage: Any, decisions: int) -> Tuple[int, str]:
@@ -128,13 +128,9 @@ class InlinePolicy:
         if decisions >= self._workers_not_before:
             self._trial = ("out", m.delivered_per_s, 0)
             return count, "{}: try {} workers again (the consumer's thread delivers {}/s)".format(
-                REASON, count, _rate(m.delivered_per_s))
+                REASON, count, rate_text(m.delivered_per_s))
         return 0, ""
 
     def _back_off(self, decisions: int) -> None:
         self._not_before = decisions + self._backoff
         self._backoff = min(BACKOFF_MOST, 2 * self._backoff)
-
-
-def _rate(value: float) -> str:
-    return "{:,.0f}".format(value) if value >= 10 else "{:.2g}".format(value)
