@@ -32,7 +32,8 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from . import seeding
 from .allocator import tune_worker_allocator
@@ -47,6 +48,8 @@ logger = get_logger(__name__)
 
 START_METHODS = ("fork", "forkserver", "spawn")
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 #: Seconds a worker gets to exit after SIGTERM before it is sent SIGKILL.
 _TERMINATE_GRACE = 0.5
 
@@ -88,6 +91,37 @@ def _set_parent_death_signal() -> None:
             logger.debug("prctl(PR_SET_PDEATHSIG) failed with errno %d", ctypes.get_errno())
     except (OSError, AttributeError) as err:
         logger.debug("prctl(PR_SET_PDEATHSIG) is not available: %s", err)
+
+
+@contextmanager
+def adopting_orphans() -> Iterator[None]:
+    """While the block runs, a descendant whose parent dies is re-parented to this process
+    instead of to init (Linux ``PR_SET_CHILD_SUBREAPER``; elsewhere nothing changes), so that it
+    stays among ``psutil.Process().children(recursive=True)`` and can be found and reaped.
+
+    Example::
+
+        with adopting_orphans():
+            stop_the_service()                 # kills a daemon whose children would be orphaned
+            kill_and_reap(my_descendants())    # they are still found here
+    """
+    libc: Any = None
+    before = ctypes.c_int(0)
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0) != 0 or \
+                    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+                logger.debug("prctl(PR_SET_CHILD_SUBREAPER) failed with errno %d", ctypes.get_errno())
+                libc = None
+        except (OSError, AttributeError) as err:
+            logger.debug("prctl(PR_SET_CHILD_SUBREAPER) is not available: %s", err)
+            libc = None
+    try:
+        yield
+    finally:
+        if libc is not None and not before.value:
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 
 class _ParentWatchdog(StoppableThread):

@@ -33,6 +33,7 @@ from contextlib import contextmanager, suppress
 from typing import Any, Dict, Iterator, List, Optional, Set
 
 from ...utils.logger import get_logger
+from ...utils.processes import adopting_orphans
 
 logger = get_logger(__name__)
 
@@ -191,15 +192,22 @@ def _ray_descendants(psutil: Any, ray: Any) -> List[Any]:
 
 def _stop_half_started(ray: Any, before: Set[int]) -> None:
     """Shut down what ``ray.init`` had started (Ray's own shutdown, then every Ray process that
-    was not there ``before``: stopped first, so that none starts another, then killed)."""
-    try:
-        ray.shutdown()
-    except Exception as err:  # noqa: BLE001 - it may not have got far enough to shut down
-        logger.debug("ray.shutdown() after a failed start: %s", err)
+    was not there ``before``: stopped first, so that none starts another, then killed). Meanwhile
+    this process adopts orphans: the agents of a raylet killed by the shutdown, started a moment
+    before, would otherwise leave this process's tree and run on until they noticed."""
     psutil = _psutil()
-    if psutil is None:
-        logger.warning("Ray's start was interrupted; without psutil, processes it had started may run on")
-        return
+    with adopting_orphans():        # the agents of a raylet that shutdown() kills stay findable
+        try:
+            ray.shutdown()
+        except Exception as err:  # noqa: BLE001 - it may not have got far enough to shut down
+            logger.debug("ray.shutdown() after a failed start: %s", err)
+        if psutil is None:
+            logger.warning("Ray's start was interrupted; without psutil, processes it had started may run on")
+            return
+        _kill_new_ray_processes(psutil, ray, before)
+
+
+def _kill_new_ray_processes(psutil: Any, ray: Any, before: Set[int]) -> None:
     stopped: Dict[int, Any] = {}
     for _ in range(100):                  # stopped processes start no more: a few rounds suffice
         new = [p for p in _ray_descendants(psutil, ray) if p.pid not in before and p.pid not in stopped]
