@@ -18,7 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 PRELUDE = Path(__file__).resolve().parent / "doc_snippets" / "prelude.py"
 # Pages whose code has a dedicated test with more assertions than "it runs".
 COVERED_ELSEWHERE = {"docs/dataflow.md": "tests/test_dataflow_docs.py",
-                     "docs/estimator.md": "tests/test_estimator_tf.py"}     # needs tf.estimator (TF <= 2.15)
+                     "docs/estimator.md": "tests/test_estimator_tf.py",     # needs tf.estimator (TF <= 2.15)
+                     "docs/getting_started.md": "tests/test_example_getting_started.py",
+                     "docs/image_augmentation.md": "tests/test_imgaug_core_docs.py"}
 BLOCK = re.compile(r"(?P<before>[^\n]*)\n```python\n(?P<code>.*?)```", re.S)
 SKIP_MARK = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->")
 # The pages are written for TensorFlow 2's defaults (eager execution, graphs built inside
@@ -71,3 +73,9 @@ def test_page_snippets_run(page, tmp_path):
     proc = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env, capture_output=True,
                           text=True, timeout=180)
     assert proc.returncode == 0, "{} failed:\n{}".format(page.relative_to(REPO), proc.stderr[-4000:])
+
+
+def test_the_pages_left_to_other_tests_have_those_tests():
+    for page, test_file in COVERED_ELSEWHERE.items():
+        assert (REPO / page).is_file(), page
+        assert Path(page).name in (REPO / test_file).read_text(encoding="utf-8"), (page, test_file)
