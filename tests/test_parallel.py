@@ -16,7 +16,7 @@ import pytest
 from inputpipe.dataflow import (
     DataFlow, MultiProcessRunner, MultiProcessRunnerZMQ, MultiThreadRunner, PrefetchDataZMQ, RNGDataFlow, seeding,
 )
-from inputpipe.utils import _regions as region_allocator, channel
+from inputpipe.utils import _regions as region_allocator, _shm_files as shm_files, channel
 from inputpipe.utils.errors import WorkerError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,7 +80,7 @@ class RankedRandom(RNGDataFlow):
 @pytest.fixture
 def shm_dir(tmp_path, monkeypatch):
     """Shared-memory files of this test go to a fresh directory, to check none is left."""
-    monkeypatch.setattr(channel, "_shm_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(shm_files, "shm_dir", lambda: str(tmp_path))
     return tmp_path
 
 
@@ -368,8 +368,8 @@ _PARENT_SCRIPT = """
     sys.path.insert(0, "tests")
     from test_parallel import Endless, Indexed
     from inputpipe.dataflow import MultiProcessRunnerZMQ
-    from inputpipe.utils import channel
-    channel._shm_dir = lambda: sys.argv[1]
+    from inputpipe.utils import _shm_files as shm_files
+    shm_files.shm_dir = lambda: sys.argv[1]
     runners = [MultiProcessRunnerZMQ(Endless(), num_proc=2, hwm=4, start_method="fork"),
                MultiProcessRunnerZMQ(Indexed(5), num_proc=1, start_method="forkserver")]
     for r in runners:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from inputpipe.dataflow import DataFlow, MultiProcessMapData, MultiProcessRunnerZMQ
-from inputpipe.utils import channel
+from inputpipe.utils import _shm_files as shm_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.path.join(REPO, "tests"))
@@ -62,7 +62,7 @@ def run_with_private_shm(code, size_mib, *args, timeout=90):
 
 @pytest.fixture
 def shm_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(channel, "_shm_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(shm_files, "shm_dir", lambda: str(tmp_path))
     return tmp_path
 
 
@@ -142,7 +142,7 @@ _SMALL_SHM = """
     import numpy as np
     from test_shm_segments import Arrays
     from inputpipe.dataflow import MultiProcessRunnerZMQ
-    from inputpipe.utils import channel
+    from inputpipe.utils import _shm_files as shm_files
 
     messages = []
     handler = logging.Handler()
@@ -156,7 +156,7 @@ _SMALL_SHM = """
     with df:
         for i, arr in df:
             assert arr.shape == (nbytes,) and arr[0] == i % 251 and arr[-1] == i % 251, i
-            size, free = channel.shm_space()
+            size, free = shm_files.shm_space()
             used.append(size - free)
             if keep:
                 kept.append(arr)
@@ -251,9 +251,9 @@ _FD_LIMIT = """
     import psutil
     from test_shm_segments import Arrays
     from inputpipe.dataflow import MultiProcessRunnerZMQ
-    from inputpipe.utils import channel
+    from inputpipe.utils import _shm_files as shm_files
 
-    channel._shm_dir = lambda: sys.argv[1]
+    shm_files.shm_dir = lambda: sys.argv[1]
     df = MultiProcessRunnerZMQ(Arrays(10, 1 << 20), num_proc=64, hwm=64)
     fds_before = sorted(os.listdir("/proc/self/fd"))
     limit = len(fds_before) + 40

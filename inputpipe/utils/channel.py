@@ -60,14 +60,13 @@ import multiprocessing as mp
 import os
 from multiprocessing import reduction
 import queue
-import tempfile
 import time
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import fork_guard, serialize
+from . import _shm_files as shm_files, fork_guard, serialize
 from .concurrency import StoppableThread
 from .buffers import aligned_empty
 from .compat import madvise
@@ -98,7 +97,6 @@ _HELD, _TOO_BIG, _NO_SPACE = "held", "big", "space"
 #: memory budget of "auto" stages counts what the segments hold).
 _MIN_COMMIT_BYTES = 1 << 20
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)    # Linux >= 5.14
-_FD_LIMIT_ERRNOS = (errno.EMFILE, errno.ENFILE)
 
 
 class ChannelClosed(EOFError):
@@ -125,60 +123,6 @@ def _uses_shared_memory(lengths: List[int]) -> bool:
     return sum(_aligned(n) for n in lengths) >= SHM_MIN_BYTES
 
 
-def _shm_dir() -> str:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
-
-
-def _pages(n: int) -> int:
-    return (n + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
-
-
-def _nameless_file(directory: str) -> int:
-    """A descriptor of a new, empty file that has no name (so none can be left behind).
-
-    ``O_TMPFILE`` in ``directory`` (its space is what ``df /dev/shm`` shows); ``memfd_create``
-    where the file system cannot make one; a name removed at once on systems with neither."""
-    if hasattr(os, "O_TMPFILE"):
-        try:
-            return os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
-        except OSError as err:
-            if err.errno in _FD_LIMIT_ERRNOS:
-                raise
-    if hasattr(os, "memfd_create"):
-        return os.memfd_create("inputpipe-shm", os.MFD_CLOEXEC)
-    fd, path = tempfile.mkstemp(prefix="inputpipe-", dir=directory)
-    os.unlink(path)
-    return fd
-
-
-def shm_space(directory: Optional[str] = None) -> Tuple[int, int]:
-    """``(size, free bytes)`` of the file system that holds shared memory (``/dev/shm``)."""
-    stat = os.statvfs(directory or _shm_dir())
-    return stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize
-
-
-def _create_segment(component: str, capacity: int) -> Tuple[Optional[int], Optional[mmap.mmap], int]:
-    """``(descriptor, parent's mapping, capacity)`` of a new segment; ``(None, None, 0)`` when
-    shared memory is off or cannot be had (then everything goes through the pipe). Raises only
-    for running out of file descriptors, which the caller reports."""
-    if capacity <= 0:
-        return None, None, 0
-    capacity = _pages(capacity)
-    fd = _nameless_file(_shm_dir())
-    try:
-        os.ftruncate(fd, _table_bytes(capacity) + capacity)     # sparse: takes no memory yet
-        os.posix_fallocate(fd, 0, _table_bytes(capacity))        # the region table only
-        mm = mmap.mmap(fd, _table_bytes(capacity) + capacity)
-    except OSError as err:
-        os.close(fd)
-        if err.errno in _FD_LIMIT_ERRNOS:
-            raise
-        logger.warning("%s: cannot set up shared memory in %s (%s); large arrays will go through a "
-                       "pipe, which is slower.", component, _shm_dir(), err)
-        return None, None, 0
-    return fd, mm, capacity
-
-
 def open_channel(component: str, shm_bytes: int = DEFAULT_SHM_BYTES,
                  notices: Optional[set] = None) -> Tuple["ParentEnd", "WorkerSpec"]:
     """Make the pipes and the shared-memory segment for one worker; returns both ends.
@@ -191,7 +135,7 @@ def open_channel(component: str, shm_bytes: int = DEFAULT_SHM_BYTES,
         made += [result_reader, result_writer]
         command_reader, command_writer = mp.Pipe(duplex=False)
         made += [command_reader, command_writer]
-        fd, mm, capacity = _create_segment(component, shm_bytes)
+        fd, mm, capacity = shm_files.create_segment(component, shm_bytes)
     except BaseException:
         for connection in made:
             connection.close()
@@ -337,8 +281,9 @@ class WorkerEnd:
             return True
         assert self._fd is not None and self._regions is not None     # only called on the shared-memory path
         table = _table_bytes(self._capacity)
-        wanted = min(self._capacity, _pages(max(end, self._committed + self._committed // 4, _MIN_COMMIT_BYTES)))
-        for target in sorted({wanted, min(self._capacity, _pages(end))}, reverse=True):
+        step = max(end, self._committed + self._committed // 4, _MIN_COMMIT_BYTES)
+        wanted = min(self._capacity, shm_files.page_rounded(step))
+        for target in sorted({wanted, min(self._capacity, shm_files.page_rounded(end))}, reverse=True):
             try:
                 os.posix_fallocate(self._fd, table + self._committed, target - self._committed)
             except OSError as err:
@@ -597,12 +542,12 @@ class ParentEnd:
                            "(shm_bytes=%d); datapoints that large come through a pipe (slower). Pass "
                            "a shm_bytes larger than the datapoints.", self.component, nbytes, self._capacity)
         elif why == _NO_SPACE:
-            size, free = shm_space()
+            size, free = shm_files.shm_space()
             logger.warning("%s: %s (%.1f MiB, %.1f MiB free) has no room for a worker to grow its shared "
                            "memory for a datapoint of %d bytes; it came through a pipe (slower), as will "
                            "what does not fit in the shared memory the workers have. Enlarge %s (e.g. "
                            "docker run --shm-size=1g) or pass a smaller shm_bytes.", self.component,
-                           _shm_dir(), size / 2 ** 20, free / 2 ** 20, nbytes, _shm_dir())
+                           shm_files.shm_dir(), size / 2 ** 20, free / 2 ** 20, nbytes, shm_files.shm_dir())
         else:
             logger.info("%s: a worker's shared memory is full of arrays the consumer still holds; a "
                         "datapoint of %d bytes came through a pipe (slower). Keep fewer datapoints "
