@@ -49,6 +49,19 @@ def test_idle_cpus_over_an_interval_on_the_cpus_of_the_mask(tmp_path):
     assert idle.sample() is None                               # no time passed
 
 
+def test_a_window_shorter_than_two_ticks_is_unknown_and_counts_into_the_next(tmp_path):
+    path, clock = tmp_path / "stat", Clock()
+    proc_stat(path, {0: (10, 0, 10, 0, 0), 1: (10, 0, 10, 0, 0)})
+    idle = IdleCpus(affinity=[0, 1], proc_stat=str(path), cgroup_root=str(tmp_path / "none"),
+                    proc_cgroup=str(tmp_path / "none"), clock=clock)
+    clock.now += 1.5 / TICKS
+    proc_stat(path, {0: (10 + 1.0 / TICKS, 0, 10, 0, 0), 1: (10, 0, 10, 0, 0)})   # one tick more: noise
+    assert idle.sample() is None
+    clock.now = 101.0                       # 1 s after the start: the next sample covers all of it
+    proc_stat(path, {0: (10.5, 0, 10.5, 0, 0), 1: (10, 0, 11, 0, 0)})
+    assert abs(idle.sample() - 1.5) < 1e-9
+
+
 def test_a_cgroup_quota_lowers_the_idle_cpus_to_what_it_leaves_v2(tmp_path):
     root, own = v2_tree(tmp_path, "max 100000", "150000 100000")         # the parent sets 1.5 CPUs
     write(tmp_path / "cgroup" / "app" / "cpu.stat", "usage_usec 1000000\nuser_usec 1\n")

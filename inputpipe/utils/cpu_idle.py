@@ -29,6 +29,9 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # /proc/stat's columns after the name: user nice system idle iowait irq softirq steal (guest is in user)
 _IDLE_COLUMNS = (3, 4)
 _USED_COLUMNS = (0, 1, 2, 5, 6, 7)
+#: /proc/stat counts in ticks: over a shorter window one tick more or less is the whole answer
+#: (a controller deciding at every datapoint read the file thousands of times a second for that).
+_SHORTEST_WINDOW_SECONDS = 2.0 / _TICKS
 
 
 def busy_cpu_seconds(cpus: Iterable[int], proc_stat: str = PROC_STAT) -> Optional[float]:
@@ -124,7 +127,10 @@ class IdleCpus:
 
     def sample(self) -> Optional[float]:
         """CPUs left unused since the last sample (or since it was made), between 0 and the
-        CPUs it may use; None when unknown."""
+        CPUs it may use; None when unknown, also over a window shorter than the counters' ticks
+        can measure (then nothing is read, and the next sample covers this window too)."""
+        if self._clock() - self._last[0] < _SHORTEST_WINDOW_SECONDS:
+            return None
         now = self._read()
         (t0, busy0, quota0), (t1, busy1, quota1) = self._last, now
         self._last = now
