@@ -19,6 +19,9 @@ from inputpipe.dataflow.serialize import (
 from inputpipe.utils import serialize as wire
 from inputpipe.utils.crc32c import _crc32c_loop, crc32c, masked_crc32c
 
+# a module-scoped fixture is made once: the module's tests run in one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("test_dataset_files")
+
 SERIALIZERS = ["lmdb", "tfrecord", "numpy"]
 
 

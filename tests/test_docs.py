@@ -14,7 +14,7 @@ pytest.importorskip("myst_parser", reason='building the docs needs MyST: pip ins
 
 # The build takes about 20 s of CPU (the setup of the first test): 70 s were seen beside the rest of
 # the suite on 2 busy cores, so its phase gets room to finish under any load.
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.xdist_group("test_docs"), pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

@@ -16,6 +16,9 @@ import synthetic_images  # noqa: E402
 from image_pipeline import (  # noqa: E402
     CORRUPT_LABEL, CorruptImageError, DatasetError, DecodeAndAugment, DropCorrupt, list_image_folder)
 
+# a module-scoped fixture is made once: the module's tests run in one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("test_example_dataset")
+
 
 def _digest(root):
     h = hashlib.sha256()

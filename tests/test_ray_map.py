@@ -21,6 +21,9 @@ from inputpipe.dataflow.ray import RayMapAndBatchData, RayMapData, RayShardedDat
 from inputpipe.utils.errors import WorkerError  # noqa: E402
 from dataflow_helpers import Indexed  # noqa: E402
 
+# a module-scoped fixture is made once: the module's tests run in one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("test_ray_map")
+
 
 def square_with_array(dp):
     i = dp[0]

@@ -13,6 +13,9 @@ from inputpipe.dataflow.ray import RayMapAndBatchData, RayMapData, start_local_r
 
 from resume_helpers import OTHER_SEED, SEED, canon, epochs, take  # noqa: E402
 
+# a module-scoped fixture is made once: the module's tests run in one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("test_resume_parallel_ray")
+
 N = 17
 
 

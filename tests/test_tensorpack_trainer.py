@@ -43,6 +43,9 @@ from inputpipe.input_source import (FeedInput, InputSource, QueueInput, StagingI
                                     hooked_session)
 from inputpipe.tensorpack_interop import registered_pairs  # noqa: E402
 
+# a module-scoped fixture is made once: the module's tests run in one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("test_tensorpack_trainer")
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 EXAMPLES = HERE / "tensorpack_examples"

@@ -17,6 +17,9 @@ from inputpipe.dataflow.serialize import DatasetFormatError
 from inputpipe.dataflow.tensorpack_records import decode_tensorpack_record
 from inputpipe.utils.serialize import WireFormatError, dumps, dumps_frames, loads, loads_frames
 
+# a module-scoped fixture is made once: the module's tests run in one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("test_wire_fuzz")
+
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
