@@ -18,9 +18,10 @@ _FOREIGN_THREAD_CLASSES = (
 _FOREIGN_PROCESS_MARKERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 LEAK_GRACE_SECONDS = 3.0
 
-# The files that keep one worker busy for a minute or more (--durations on 2 cores), longest first.
-# pytest.ini runs a file on one worker (--dist loadfile) and hands files out in collection order, so
-# these start first: one of them begun when the rest is nearly done would keep the run going alone.
+# The files with the longest tests (--durations on 2 cores), longest first. pytest.ini hands tests
+# out to the workers in collection order (--dist loadgroup), so these start first: a long test (or a
+# module kept on one worker by its xdist_group) begun when the rest is nearly done would keep the
+# run going alone.
 LONG_FILES = ("test_ray_map.py", "test_nested_worker_errors.py", "test_doc_snippets.py", "test_resume_parallel_ray.py",
               "test_docs.py", "test_resume_kill.py", "test_estimator_input.py", "test_autoscale_resize.py",
               "test_tensorpack_interop.py", "test_example.py", "test_ray_optional.py", "test_estimator_tf.py",
