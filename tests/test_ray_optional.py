@@ -14,6 +14,9 @@ import types
 import psutil
 import pytest
 
+# the local Ray instances these tests start (each a GCS, a raylet and agents) start one at a time
+pytestmark = pytest.mark.xdist_group("test_ray_optional")
+
 
 def test_importing_the_dataflow_package_and_the_ray_module_does_not_import_ray():
     code = ("import sys, inputpipe.dataflow, inputpipe.dataflow.ray as r; "
