@@ -5,6 +5,7 @@ same stream at another, no process, thread or /dev/shm file left behind, and the
 
 The counts are forced (``set_num_workers`` from the consumer's thread and from another one, a
 policy drawing counts up to 16) or picked by the controller itself for work that waits."""
+import gc
 import json
 import os
 import random
@@ -72,6 +73,7 @@ def _alive(pids):
 @pytest.mark.parametrize("cls", [MultiProcessMapData, MultiThreadMapData])
 @pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
 def test_strict_epochs_through_counts_past_the_cores_are_exact(cls, ordered):
+    gc.collect()                                     # (flows of earlier tests in this worker)
     shm_before, segments_before = _shm_files(), _our_segments()
     df = cls(Indexed(280), 2, nap, strict=True, ordered=ordered, buffer_size=32)
     df.reset_state()
@@ -103,7 +105,8 @@ def test_strict_epochs_through_counts_past_the_cores_are_exact(cls, ordered):
     while _alive(pids) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert _alive(pids) == [], "workers outlived close()"
-    assert _shm_files() == shm_before and _our_segments() == segments_before
+    # none of this test's segments is left (one of an earlier test in this worker may have gone meanwhile)
+    assert _shm_files() == shm_before and _our_segments() <= segments_before
 
 
 def slow_nap(dp):

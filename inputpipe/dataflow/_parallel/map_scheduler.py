@@ -414,9 +414,9 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
         """Send source datapoints to workers while fewer than ``buffer_size`` are in flight."""
         track = self.strict and self._resumability() is None
         position = self._position
+        self._sync_workers()
         if self._requested is not None and self._scaling is not None:
             self._scaling.run()          # a count asked for applies before more tasks are sent
-        self._sync_workers()
         inline = self._inline
         while self._unanswered() + len(self._pending) + len(self._ready) < max(self.buffer_size, 1):
             if self._source is None:
