@@ -153,6 +153,26 @@ def test_global_rngs_kept_restores_both_generators_exactly(monkeypatch, memory):
     assert random.getstate() == want_python
 
 
+def test_global_rngs_kept_nested_and_repeated_restores_each_level():
+    np.random.seed(3)
+    random.seed(3)
+    outer_numpy, outer_python = np.random.get_state()[1].copy(), random.getstate()
+    for _ in range(3):                   # the copies' buffers are reused from block to block
+        with global_rngs_kept():
+            np.random.seed(10)
+            random.seed(10)
+            inner_numpy, inner_python = np.random.get_state()[1].copy(), random.getstate()
+            with global_rngs_kept():
+                np.random.seed(20)
+                random.seed(20)
+                np.random.rand(700)
+                random.random()
+            assert (np.random.get_state()[1] == inner_numpy).all() and random.getstate() == inner_python
+            np.random.rand(5)
+        assert (np.random.get_state()[1] == outer_numpy).all() and random.getstate() == outer_python
+    assert len(inline_map._spare_buffers) >= 2
+
+
 def test_a_result_reaches_the_consumer_as_a_workers_would_through_the_wire_format():
     values = [
         [1, 2.5, "s", b"b", None, True, (1, (2, [3])), {"k": np.arange(3), 4: np.float32(1.5)}],

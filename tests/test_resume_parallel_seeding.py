@@ -2,6 +2,7 @@
 map's base seed, epoch, index), so a seeded pipeline gives the same datapoints with 1, 2 or 4
 workers, threads or processes, and image augmentors draw the same crops in every worker."""
 import json
+import random
 
 import numpy as np
 import pytest
@@ -146,6 +147,36 @@ def test_reseed_global_only_when_asked():
         first = np.random.rand()
     with seeding.datapoint_context(3, reseed_global=True):
         assert np.random.rand() == first
+
+
+def test_reseed_global_seeds_both_generators_as_their_own_seed_functions_would():
+    # the values a worker gives must not depend on how the reseed is done: pinned to seed()'s
+    random.seed(1)
+    random.gauss(0, 1)                           # a cached second Gaussian, dropped by a reseed
+    for seed in (0, 7, 2 ** 32 - 1, 3716711880):
+        with seeding.datapoint_context(seed, reseed_global=True):
+            got = (np.random.rand(3).tolist(), np.random.randn(), random.random(), random.gauss(0, 1))
+        np.random.seed(seeding.derive_seed(seed, 2))
+        random.seed(seeding.derive_seed(seed, 3))
+        assert got == (np.random.rand(3).tolist(), np.random.randn(), random.random(), random.gauss(0, 1))
+
+
+def test_reseed_global_goes_through_a_replaced_random_seed(monkeypatch):
+    called = []
+    monkeypatch.setattr(random, "seed", lambda value: called.append(value))
+    with seeding.datapoint_context(5, reseed_global=True):
+        pass
+    assert called == [seeding.derive_seed(5, 3)]
+
+
+def test_one_context_object_entered_twice_nested_leaves_each_level_in_turn():
+    context = seeding.datapoint_context(4)
+    with context as seed:
+        assert seed == 4 and seeding.datapoint_seed() == 4
+        with context:
+            assert seeding.datapoint_seed() == 4
+        assert seeding.datapoint_seed() == 4
+    assert seeding.datapoint_seed() is None
 
 
 def test_derive_seed_is_stable():

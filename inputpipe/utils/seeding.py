@@ -27,13 +27,13 @@ Example::
     with seeding.datapoint_context(seeding.derive_seed(7, 0, 3)):
         assert seeding.datapoint_rng().randint(100) == first
 """
-import contextlib
+import _random
 import hashlib
 import itertools
 import os
 import random
 import threading
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -114,7 +114,14 @@ def derive_seed(*numbers: int) -> int:
 
         order = np.random.RandomState(derive_seed(base_seed, epoch)).permutation(n)
     """
-    payload = b"".join(int(n).to_bytes(16, "little", signed=True) for n in numbers)
+    payload = b"".join([int(n).to_bytes(16, "little", signed=True) for n in numbers])
+    return int.from_bytes(hashlib.blake2b(payload, digest_size=4).digest(), "little")
+
+
+def _salted_seed(seed: int, salt_bytes: bytes) -> int:
+    """``derive_seed(seed, salt)`` for an int ``seed``, with the salt's 16 bytes made once (a
+    parallel map derives two such seeds for every datapoint)."""
+    payload = seed.to_bytes(16, "little", signed=True) + salt_bytes
     return int.from_bytes(hashlib.blake2b(payload, digest_size=4).digest(), "little")
 
 
@@ -122,6 +129,7 @@ def derive_seed(*numbers: int) -> int:
 
 # Streams of a datapoint seed, kept apart by their first salt.
 _USER, _AUGMENTOR, _NUMPY_GLOBAL, _PYTHON_GLOBAL = 0, 1, 2, 3
+_NUMPY_SALT, _PYTHON_SALT = (salt.to_bytes(16, "little", signed=True) for salt in (_NUMPY_GLOBAL, _PYTHON_GLOBAL))
 
 _local = threading.local()       # per thread: the stack of open datapoint contexts, spare RNGs
 
@@ -158,8 +166,7 @@ def _stack() -> List[_DatapointContext]:
     return stack
 
 
-@contextlib.contextmanager
-def datapoint_context(seed: int, reseed_global: bool = False) -> Iterator[int]:
+class datapoint_context:
     """Seed everything random done for one datapoint, in this thread, from ``seed``.
 
     Parallel maps enter it around each call of their map function, with
@@ -176,25 +183,48 @@ def datapoint_context(seed: int, reseed_global: bool = False) -> Iterator[int]:
     The RNGs handed out are reused (reseeded) for later datapoints: do not keep them after the
     datapoint. Outside any context nothing changes (per-process RNGs, as before).
 
+    Entering it costs a few microseconds (two seeds derived and the global generators reseeded:
+    10-15 us with ``reseed_global``).
+
     Example::
 
         with datapoint_context(derive_seed(base_seed, epoch, index)):
             image = augment(image)         # the same crop in every worker and every run
     """
-    seed = int(seed)
-    stack = _stack()
-    spares_by_depth = _local.spares
-    if len(spares_by_depth) == len(stack):
-        spares_by_depth.append([])
-    context = _DatapointContext(seed, spares_by_depth[len(stack)])
-    if reseed_global:
-        np.random.seed(derive_seed(seed, _NUMPY_GLOBAL))
-        random.seed(derive_seed(seed, _PYTHON_GLOBAL))
-    stack.append(context)
-    try:
-        yield seed
-    finally:
-        stack.pop()
+
+    __slots__ = ("_seed", "_reseed_global")
+
+    def __init__(self, seed: int, reseed_global: bool = False):
+        self._seed = int(seed)
+        self._reseed_global = reseed_global
+
+    def __enter__(self) -> int:
+        seed = self._seed
+        stack = _stack()
+        spares_by_depth = _local.spares
+        if len(spares_by_depth) == len(stack):
+            spares_by_depth.append([])
+        context = _DatapointContext(seed, spares_by_depth[len(stack)])
+        if self._reseed_global:
+            np.random.seed(_salted_seed(seed, _NUMPY_SALT))
+            _reseed_python_global(_salted_seed(seed, _PYTHON_SALT))
+        stack.append(context)
+        return seed
+
+    def __exit__(self, *exc: Any) -> None:
+        _local.stack.pop()
+
+
+def _reseed_python_global(seed: int) -> None:
+    """``random.seed(seed)`` for an int: where ``random``'s generator is a plain ``random.Random``,
+    its C seeding called directly and the cached Gaussian dropped, as its Python ``seed`` does
+    for an int (2 us of the 8 that call takes)."""
+    generator = getattr(random.seed, "__self__", None)
+    if type(generator) is random.Random:
+        _random.Random.seed(generator, seed)
+        generator.gauss_next = None       # type: ignore[attr-defined]
+    else:
+        random.seed(seed)
 
 
 def datapoint_seed() -> Optional[int]:

@@ -89,10 +89,16 @@ class global_rngs_kept:
 
     def __enter__(self) -> "global_rngs_kept":
         self._numpy_at = _numpy_state_memory()
-        self._numpy: Any = _snapshot(self._numpy_at, _MT19937_STATE_BYTES) if self._numpy_at else np.random.get_state()
         self._python_at = _python_state_memory()
+        # the copies' buffers are reused (one pair per level of nesting, from any thread)
+        self._buffers = _spare_buffers.pop() if _spare_buffers else (
+            ctypes.create_string_buffer(_MT19937_STATE_BYTES), ctypes.create_string_buffer(_PYTHON_STATE_BYTES))
+        if self._numpy_at:
+            ctypes.memmove(self._buffers[0], self._numpy_at, _MT19937_STATE_BYTES)
+        else:
+            self._numpy = np.random.get_state()
         if self._python_at:
-            self._python: Any = _snapshot(self._python_at, _PYTHON_STATE_BYTES)
+            ctypes.memmove(self._buffers[1], self._python_at, _PYTHON_STATE_BYTES)
             self._gauss_next = getattr(_python_generator(), "gauss_next", None)
         else:
             self._python = random.getstate()
@@ -101,14 +107,15 @@ class global_rngs_kept:
     def __exit__(self, *exc: Any) -> None:
         if self._numpy_at:
             np.random.seed(0)                       # (drops the map's cached Gaussian)
-            ctypes.memmove(self._numpy_at, self._numpy, _MT19937_STATE_BYTES)
+            ctypes.memmove(self._numpy_at, self._buffers[0], _MT19937_STATE_BYTES)
         else:
             np.random.set_state(self._numpy)
         if self._python_at:
-            ctypes.memmove(self._python_at, self._python, _PYTHON_STATE_BYTES)
+            ctypes.memmove(self._python_at, self._buffers[1], _PYTHON_STATE_BYTES)
             _python_generator().gauss_next = self._gauss_next
         else:
             random.setstate(self._python)
+        _spare_buffers.append(self._buffers)
 
 
 #: The bytes of numpy's MT19937 state: 624 32-bit words and the position in them.
@@ -117,6 +124,8 @@ _MT19937_STATE_BYTES = 624 * 4 + 4
 #: 624 32-bit words.
 _PYTHON_STATE_BYTES = 4 + 624 * 4
 _python_layout_checked: List[bool] = []
+#: Buffers of :class:`global_rngs_kept` not in use (list.pop/append: safe between threads).
+_spare_buffers: List[Tuple[Any, Any]] = []
 
 
 def _snapshot(address: int, size: int) -> Any:
