@@ -35,7 +35,9 @@ the process tree (without workers retired during the window); for "auto" the wor
 history of every auto stage (when it last changed: "settled"), and the controller's own CPU time
 (``autoscale_cost()``). The table shows medians, the spread (min-max) and the ratios auto / grid
 best (target >= 0.95), auto / hand (>= 1) and auto / tf.data (> 1), and the step time with hand
-and with auto. The pipelines and what runs in each subprocess are in ``autotune_pipelines.py``.
+and with auto; beside the ratios to the grid's best, the median of each round's own ratio (the
+runs of one round are minutes apart: the host's speed, which can move by a third over a run,
+moves less between them). The pipelines and what runs in each subprocess are in ``autotune_pipelines.py``.
 
     python benchmarks/bench_autotune.py                       # about 15 minutes on 2 cores
     python benchmarks/bench_autotune.py --pipelines "slow map" "nested chain" --repeats 5
@@ -205,6 +207,21 @@ def fmt_ratio(value):
     return "{:.2f}".format(value) if value is not None else "-"
 
 
+def paired_ratio(role, other):
+    """The median over rounds of ``role``'s rate / ``other``'s in the same round (None without a
+    round where both ran; a setting that is both roles has ratio 1)."""
+    if not role or not other:
+        return None
+    theirs = {r["round"]: r["datapoints_per_s"] for r in other["runs"]}
+    ratios = [r["datapoints_per_s"] / theirs[r["round"]] for r in role["runs"] if theirs.get(r["round"])]
+    return statistics.median(ratios) if ratios else None
+
+
+def with_paired(value, paired):
+    """A ratio of medians and, beside it, the median of the rounds' own ratios."""
+    return fmt_ratio(value) + (" ({})".format(fmt_ratio(paired)) if paired is not None else "")
+
+
 def history_text(stage):
     counts = [stage["start_count"]] + [n for _, n, _ in stage["history"][1:]]
     if len(counts) > 8:
@@ -262,6 +279,7 @@ def take_turns(roles, args, calibration):
                     print("round {} {:<26} {:<24} ERROR {}".format(round_index + 1, pipeline, label(config)[:24],
                                                                     result["error"]), flush=True)
                     continue
+                result["round"] = round_index
                 runs[pipeline, key(config)].append(result)
                 stages = "; ".join("{} {} (settled {:.1f} s)".format(s["stage"], history_text(s), s["settled_after_s"])
                                    for s in result["stages"])
@@ -298,6 +316,12 @@ def summarize(pipeline, roles, runs, errors, entry, check_ns):
                                             per_role["hand"]["median_consumer_work_ms"]),
         "inline_auto_vs_grid_best": ratio(median.get(INLINE_ROLE), median.get("grid best")),
         "inline_auto_vs_auto": ratio(median.get(INLINE_ROLE), median["auto"])}
+    # the same ratios round by round (the two runs of a round are minutes apart, where the host's
+    # speed, which moves by a third over a run, moves less), then their median
+    entry["paired_ratios"] = paired = {
+        "auto_vs_grid_best": paired_ratio(per_role.get("auto"), per_role.get("grid best")),
+        "tune_vs_grid_best": paired_ratio(per_role.get("tune()"), per_role.get("grid best")),
+        "inline_auto_vs_grid_best": paired_ratio(per_role.get(INLINE_ROLE), per_role.get("grid best"))}
     cells = []
     for role in ROLES:
         info = per_role.get(role)
@@ -317,7 +341,8 @@ def summarize(pipeline, roles, runs, errors, entry, check_ns):
             "{:.2f}".format(best["median_step_ms"]) if best.get("median_step_ms") else "-",
             hand["median_consumer_work_ms"], auto["median_consumer_work_ms"])
     row = [pipeline, "{} [{}]".format(cells[0], hand["setting"])] + cells[1:] + [
-        fmt_ratio(ratios["auto_vs_grid_best"]), fmt_ratio(ratios["tune_vs_grid_best"]),
+        with_paired(ratios["auto_vs_grid_best"], paired["auto_vs_grid_best"]),
+        with_paired(ratios["tune_vs_grid_best"], paired["tune_vs_grid_best"]),
         fmt_ratio(ratios["auto_vs_hand"]), fmt_ratio(ratios["auto_vs_tfdata"]), step]
     auto_rows = []
     entry["auto_stages"] = {}
@@ -417,26 +442,31 @@ def main():
 
     print()
     print(tabulate(rows, headers=["pipeline", "hand dp/s [setting]", "auto dp/s", "grid best dp/s [setting]",
-                                  "tune() dp/s [setting]", "tf.data AUTOTUNE dp/s", "auto / grid best (>= 0.95)",
-                                  "tune() / grid best (>= 0.95)", "auto / hand (>= 1)", "auto / tf.data (> 1)",
+                                  "tune() dp/s [setting]", "tf.data AUTOTUNE dp/s",
+                                  "auto / grid best (>= 0.95) (round by round)",
+                                  "tune() / grid best (>= 0.95) (round by round)", "auto / hand (>= 1)", "auto / tf.data (> 1)",
                                   "step ms hand / auto / grid best (consumer work hand / auto)"],
                    tablefmt="github"))
     print("dp/s: datapoints the consumer took per second, median (min-max) over {} round(s); step: wall ms per "
-          "datapoint in the consumer, of it the consumer's own work. Other programs' load during the counted windows "
+          "datapoint in the consumer, of it the consumer's own work; (round by round): the median of the ratios of the runs of "
+          "one round (minutes apart, where the host's speed moves less than over the whole run). Other programs' load during the counted windows "
           "(CPUs busy outside the benchmark): {}".format(
               args.repeats, "min {min:.2f}, median {median:.2f}, max {max:.2f}".format(
                   **report["others_cpus_during_runs"]) if loads else "-"))
     inline_rows = [[pipeline, "{:.0f} ({})".format(info["median_datapoints_per_s"],
                                                    spread(info["spread_datapoints_per_s"] or [])),
                     history_text(info["runs"][-1]["stages"][0]) if info["runs"] and info["runs"][-1]["stages"] else "-",
-                    fmt_ratio(entry["ratios"]["inline_auto_vs_grid_best"]), fmt_ratio(entry["ratios"]["inline_auto_vs_auto"])]
+                    with_paired(entry["ratios"]["inline_auto_vs_grid_best"],
+                                entry["paired_ratios"]["inline_auto_vs_grid_best"]),
+                    fmt_ratio(entry["ratios"]["inline_auto_vs_auto"])]
                    for pipeline in args.pipelines
                    for entry in [report["pipelines"][pipeline]]
                    for info in [entry["roles"].get(INLINE_ROLE)] if info and info["median_datapoints_per_s"]]
     if inline_rows:
         print('\n"auto" with Autoscale(min_workers=0) (0 workers: the consumer\'s thread maps), dp/s median (min-max):')
         print(tabulate(inline_rows, headers=["pipeline", INLINE_ROLE, "workers over time (last round, first stage)",
-                                             "/ grid best", "/ auto"], tablefmt="github"))
+                                             "/ grid best (round by round)", "/ auto"],
+                       tablefmt="github"))
     if phase_table:
         print("\nPer phase of the pipeline whose cost changes (dp/s, median (min-max)); best fixed: the best of "
               "the fixed settings run in the rounds, in that phase:")
