@@ -1,5 +1,6 @@
 """Shared fixtures. Every test is checked for leaked threads and child processes."""
 import os
+import signal
 import threading
 import time
 
@@ -28,6 +29,13 @@ LONG_FILES = ("test_ray_map.py", "test_nested_worker_errors.py", "test_doc_snipp
               "test_resume_input_stop.py", "test_shm_segments.py", "test_nested_workers.py", "test_example_compare.py")
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# A suite started in the background by a shell without job control (`cmd &` in a script, nohup-like
+# wrappers) inherits SIGINT ignored, and so would every child the tests start (an ignored signal
+# stays ignored across exec): the tests that press Ctrl-C in a child would then test nothing. Python's
+# own handler is put back here, so children start with SIGINT at its default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items):
