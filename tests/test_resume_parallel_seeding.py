@@ -179,6 +179,15 @@ def test_one_context_object_entered_twice_nested_leaves_each_level_in_turn():
     assert seeding.datapoint_seed() is None
 
 
+def test_datapoint_context_also_decorates_a_function():
+    @seeding.datapoint_context(9)
+    def draw():
+        return seeding.datapoint_seed(), seeding.datapoint_rng().randint(10 ** 6)
+
+    first = draw()
+    assert first == draw() and first[0] == 9 and seeding.datapoint_seed() is None
+
+
 def test_derive_seed_is_stable():
     # fixed values: a change of the hash would silently change every restored run's randomness
     assert seeding.derive_seed(1, 2, 3) == core_seeding.derive_seed(1, 2, 3)
