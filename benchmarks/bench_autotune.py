@@ -39,7 +39,7 @@ and with auto; beside the ratios to the grid's best, the median of each round's 
 runs of one round are minutes apart: the host's speed, which can move by a third over a run,
 moves less between them). The pipelines and what runs in each subprocess are in ``autotune_pipelines.py``.
 
-    python benchmarks/bench_autotune.py                       # about 15 minutes on 2 cores
+    python benchmarks/bench_autotune.py                       # about 35 minutes on 2 cores
     python benchmarks/bench_autotune.py --pipelines "slow map" "nested chain" --repeats 5
     python benchmarks/bench_autotune.py --quick               # a smoke run of every path
 
