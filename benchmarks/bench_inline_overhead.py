@@ -1,0 +1,131 @@
+"""What a datapoint costs the consumer's thread when a parallel map runs at 0 workers.
+
+At 0 workers (``set_num_workers(0)``, or ``Autoscale(min_workers=0)`` choosing it) the consumer's
+thread maps each task itself, seeded and numbered as a worker would (a process map also reseeds
+numpy's and Python's global generators for each datapoint and puts the consumer's states back).
+This measures that cost on a map that does almost nothing (``[index, 1]``), so that what is left
+is the library's own work per datapoint (strict maps, whose epochs are exact and resumable, and
+continuous ones), against:
+
+- ``MapData`` (a serial map: the floor);
+- PyTorch's ``DataLoader(num_workers=0)`` over a map-style dataset with ``batch_size=None`` (its
+  main process maps; no collation), where PyTorch is installed.
+
+Each setting runs ``--size`` datapoints per round after a warm-up, the settings taking turns for
+``--repeats`` rounds; the table shows the median (min-max) microseconds per datapoint and the
+ratios to ``MapData`` and to the DataLoader.
+
+    pip install -e ".[bench]" && python benchmarks/bench_inline_overhead.py
+
+Writes ``benchmarks/results/inline_overhead.json``.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+
+from tabulate import tabulate  # noqa: E402
+
+import inputpipe.dataflow as ip  # noqa: E402
+
+WARMUP = 500
+
+
+def tiny(dp):
+    return [dp[0], 1]
+
+
+def inputpipe_settings(size):
+    """name -> a function that builds the flow, ready to iterate."""
+    def source():
+        return ip.DataFromList([[i] for i in range(size + WARMUP)], shuffle=False)
+
+    def at_zero(cls, strict):
+        def build():
+            df = cls(source(), 1, tiny, strict=strict)
+            df.reset_state()
+            df.set_num_workers(0)
+            return df
+        return build
+
+    def serial():
+        df = ip.MapData(source(), tiny)
+        df.reset_state()
+        return df
+
+    settings = {"MapData": serial}
+    for cls in (ip.MultiProcessMapData, ip.MultiThreadMapData):
+        for strict in (True, False):
+            settings["{} at 0 workers, strict={}".format(cls.__name__, strict)] = at_zero(cls, strict)
+    return settings
+
+
+def dataloader_setting(size):
+    try:
+        import torch.utils.data as tud
+    except ImportError:
+        return {}
+
+    class Indexed(tud.Dataset):
+        def __len__(self):
+            return size + WARMUP
+
+        def __getitem__(self, index):
+            return tiny([index])
+
+    return {"DataLoader(num_workers=0)": lambda: tud.DataLoader(Indexed(), batch_size=None, num_workers=0)}
+
+
+def us_per_datapoint(build, size):
+    flow = build()
+    iterator = iter(flow)
+    for _ in range(WARMUP):
+        next(iterator)
+    started = time.perf_counter()
+    for _ in range(size):
+        next(iterator)
+    elapsed = time.perf_counter() - started
+    close = getattr(flow, "close", None)
+    if close is not None:
+        close()
+    return elapsed / size * 1e6
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=20000, help="datapoints timed per round")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds (the settings take turns)")
+    args = parser.parse_args()
+    settings = dict(inputpipe_settings(args.size), **dataloader_setting(args.size))
+    times = {name: [] for name in settings}
+    names = list(settings)
+    for round_index in range(args.repeats):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(us_per_datapoint(settings[name], args.size))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    loader = median.get("DataLoader(num_workers=0)")
+    rows = [[name, "{:.1f} ({:.1f}-{:.1f})".format(median[name], min(times[name]), max(times[name])),
+             "{:.1f}".format(median[name] / median["MapData"]),
+             "{:.2f}".format(median[name] / loader) if loader else "-"] for name in names]
+    print(tabulate(rows, headers=["setting", "us per datapoint, median (min-max)", "/ MapData", "/ DataLoader"],
+                   tablefmt="github"))
+    report = {"benchmark": "inline_overhead", "args": vars(args), "us_per_datapoint": times,
+              "median_us_per_datapoint": median,
+              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                          "python": platform.python_version(), "load": os.getloadavg()}}
+    path = os.path.join(HERE, "results", "inline_overhead.json")
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+    print("wrote {}".format(path))
+
+
+if __name__ == "__main__":
+    main()
