@@ -83,15 +83,18 @@ def dataloader_setting(size):
     return {"DataLoader(num_workers=0)": lambda: tud.DataLoader(Indexed(), batch_size=None, num_workers=0)}
 
 
-def us_per_datapoint(build, size):
+def us_per_datapoint(name, build, size):
     flow = build()
     iterator = iter(flow)
     for _ in range(WARMUP):
         next(iterator)
     started = time.perf_counter()
     for _ in range(size):
-        next(iterator)
+        last = next(iterator)
     elapsed = time.perf_counter() - started
+    index, one = last                    # the map's own result came out (each setting keeps the order)
+    if int(index) != WARMUP + size - 1 or int(one) != 1:
+        raise RuntimeError("{}: the last datapoint was {!r}, expected [{}, 1]".format(name, last, WARMUP + size - 1))
     close = getattr(flow, "close", None)
     if close is not None:
         close()
@@ -109,7 +112,7 @@ def main():
     for round_index in range(args.repeats):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
-            times[name].append(us_per_datapoint(settings[name], args.size))
+            times[name].append(us_per_datapoint(name, settings[name], args.size))
     median = {name: statistics.median(values) for name, values in times.items()}
     loader = median.get("DataLoader(num_workers=0)")
     rows = [[name, "{:.1f} ({:.1f}-{:.1f})".format(median[name], min(times[name]), max(times[name])),
