@@ -8,7 +8,7 @@ run this file with tensorpack's interpreter to print them again::
 Where tensorpack cannot read small files (it hard-codes CIFAR's 10000 rows per batch and the
 Caltech split sizes) the CIFAR comparison uses a full-size test batch, and Caltech is compared
 on the structure only. No test touches the network: downloads go through a monkeypatched
-``_fetch_url``.
+``_fetch_url`` (of inputpipe.utils.fs).
 """
 import gzip
 import hashlib
@@ -27,6 +27,7 @@ if not UNDER_TENSORPACK:
     from inputpipe.dataflow import dataset
     from inputpipe.dataflow.dataset import DatasetDownloadError
     from inputpipe.dataflow._formats import dataset_files as _files
+    from inputpipe.utils import fs as _downloads
 
 # --------------------------------------------------------------------------------------------
 # Writing small files in the datasets' own formats
@@ -324,7 +325,7 @@ def no_network(monkeypatch, tmp_path):
     def offline(url, destination, timeout):
         raise urllib.error.URLError("offline in tests: " + url)
 
-    monkeypatch.setattr(_files, "_fetch_url", offline)
+    monkeypatch.setattr(_downloads, "_fetch_url", offline)
     monkeypatch.delenv("TENSORPACK_DATASET", raising=False)
     monkeypatch.setenv("INPUTPIPE_DATASET", str(tmp_path / "default_root"))
     dataset.SVHNDigit._Cache.clear()
@@ -411,7 +412,7 @@ def _serve(monkeypatch, contents):
         with open(destination, "wb") as f:
             f.write(contents[url])
 
-    monkeypatch.setattr(_files, "_fetch_url", fetch)
+    monkeypatch.setattr(_downloads, "_fetch_url", fetch)
     return asked
 
 

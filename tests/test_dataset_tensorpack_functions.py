@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from inputpipe.dataflow.dataset import Cifar10, Cifar100, DatasetDownloadError, Mnist
-from inputpipe.dataflow._formats import dataset_files as _files
+from inputpipe.utils import fs as _files
 from inputpipe.dataflow.dataset import bsds500, caltech101, cifar, ilsvrc, mnist, svhn
 from test_dataset_readers import make_cifar, make_mnist
 

@@ -16,6 +16,7 @@ import pytest
 from inputpipe.dataflow import seeding
 from inputpipe.dataflow import tensorpack_helpers as helpers
 from inputpipe.dataflow.dataset import DatasetDownloadError
+from inputpipe.utils import concurrency
 
 
 @pytest.fixture
@@ -217,8 +218,8 @@ def test_start_proc_mask_signal_and_ensure_proc_terminate():
         time.sleep(0.2)
         assert procs[0].is_alive()
         helpers.ensure_proc_terminate(procs)
-        helpers._stop_at_exit(weakref.ref(procs[0]))           # what runs at exit
-        helpers._stop_at_exit(weakref.ref(procs[0]))           # an ended one: nothing to do
+        concurrency._stop_at_exit(weakref.ref(procs[0]))           # what runs at exit
+        concurrency._stop_at_exit(weakref.ref(procs[0]))           # an ended one: nothing to do
         assert procs[0].exitcode == -signal.SIGTERM
     finally:
         for p in procs:

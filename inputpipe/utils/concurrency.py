@@ -18,16 +18,30 @@ Example::
 
     t = Producer(queue.Queue(maxsize=10)); t.start(); ...; t.stop(); t.join(2)
 """
+import atexit
+import contextlib
+import ctypes
+import multiprocessing.process
 import queue
+import signal
+import sys
 import threading
-from typing import Any, Optional
+import weakref
+from typing import Any, Callable, Iterator, List, Optional
 
 from .compat import Thread
+from .logger import get_logger
 
-__all__ = ["StoppableThread", "POLL_INTERVAL", "stop_requested"]
+__all__ = ["StoppableThread", "LoopThread", "ensure_proc_terminate", "start_proc_mask_signal", "POLL_INTERVAL",
+           "stop_requested"]
+
+logger = get_logger(__name__)
 
 #: Seconds between health checks of every blocking wait in the library.
 POLL_INTERVAL = 0.05
+#: Seconds :func:`ensure_proc_terminate` waits for a terminated process before it kills it.
+_TERMINATE_GRACE_SECONDS = 1.0
+_PR_SET_PDEATHSIG = 1
 
 _STOPPED = object()
 
@@ -97,3 +111,159 @@ def stop_requested() -> bool:
     """
     thread = threading.current_thread()
     return isinstance(thread, StoppableThread) and thread.should_stop()
+
+
+class LoopThread(StoppableThread):
+    """A daemon thread that calls ``func`` again and again until stopped; with ``pausable``,
+    :meth:`pause` holds it before its next call and :meth:`resume` lets it go on.
+
+    Example::
+
+        t = LoopThread(lambda: q.put(read_one()))
+        t.start(); t.pause(); t.resume(); t.stop(); t.join(2)
+    """
+
+    def __init__(self, func: Callable[[], Any], pausable: bool = True):
+        super().__init__(name="LoopThread")
+        self._func = func
+        self._pausable = pausable
+        self._running = threading.Event()
+        self._running.set()
+
+    def run(self) -> None:
+        while not self.stopped():
+            if self._pausable and not self._running.is_set():
+                self._running.wait(POLL_INTERVAL)
+                continue
+            self._func()
+
+    def pause(self) -> None:
+        """Hold the loop before its next call (``RuntimeError`` when not pausable)."""
+        self._check_pausable("pause")
+        self._running.clear()
+
+    def resume(self) -> None:
+        """Let a paused loop go on."""
+        self._check_pausable("resume")
+        self._running.set()
+
+    def _check_pausable(self, action: str) -> None:
+        if not self._pausable:
+            raise RuntimeError("LoopThread.{}: the thread was made with pausable=False".format(action))
+
+
+def is_main_thread() -> bool:
+    """Whether the calling thread is the interpreter's main thread (where signal handlers are set)."""
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def mask_sigint() -> Iterator[bool]:
+    """In the main thread: a block with SIGINT ignored (the handler before it is put back after
+    it), yielding True; elsewhere a block where nothing changes, yielding False.
+
+    Example::
+
+        with mask_sigint():
+            worker.start()          # the worker ignores Ctrl-C; the parent stops it
+    """
+    if not is_main_thread():
+        yield False
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield True
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _set_parent_death_signal() -> None:
+    """Ask Linux to SIGKILL this process when the thread that started it exits."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            logger.debug("prctl(PR_SET_PDEATHSIG) failed with errno %d", ctypes.get_errno())
+    except (OSError, AttributeError) as err:
+        logger.debug("prctl(PR_SET_PDEATHSIG) is not available: %s", err)
+
+
+def enable_death_signal(_warn: bool = True) -> None:
+    """Have Linux kill this process (SIGKILL) when its parent dies, as inputpipe does in every
+    worker it starts; a no-op elsewhere. ``_warn`` is accepted for tensorpack's signature.
+
+    Example::
+
+        def worker_main():
+            enable_death_signal()
+            ...
+    """
+    _set_parent_death_signal()
+
+
+def _check_processes(component: str, proc: Any) -> List[multiprocessing.process.BaseProcess]:
+    processes = list(proc) if isinstance(proc, (list, tuple)) else [proc]
+    for p in processes:
+        if not isinstance(p, multiprocessing.process.BaseProcess):
+            raise TypeError("{}: expected a multiprocessing.Process or a list of them, got {!r}".format(component, p))
+    return processes
+
+
+def _stop_at_exit(ref: "weakref.ReferenceType[multiprocessing.process.BaseProcess]") -> None:
+    proc = ref()
+    if proc is None:
+        return
+    try:
+        if not proc.is_alive():
+            return
+    except (AssertionError, ValueError):    # not a child of this process (a forked copy), or closed
+        return
+    proc.terminate()
+    proc.join(_TERMINATE_GRACE_SECONDS)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(_TERMINATE_GRACE_SECONDS)
+
+
+def ensure_proc_terminate(proc: Any) -> None:
+    """Make sure ``proc`` (a ``multiprocessing.Process`` or a list of them) ends when this process
+    exits: at exit each one still alive is terminated, and killed if it has not ended a second
+    later. Only a weak reference is kept.
+
+    Example::
+
+        p = mp.Process(target=serve)
+        ensure_proc_terminate(p)
+        p.start()
+    """
+    for p in _check_processes("ensure_proc_terminate", proc):
+        atexit.register(_stop_at_exit, weakref.ref(p))
+
+
+def start_proc_mask_signal(proc: Any) -> None:
+    """Start ``proc`` (a ``multiprocessing.Process`` or a list of them) with SIGINT ignored, so a
+    Ctrl-C reaches the parent, which stops them; the parent's handler is restored afterwards.
+    The mask applies only when called from the main thread (Python sets handlers there only).
+
+    Example::
+
+        start_proc_mask_signal([mp.Process(target=serve) for _ in range(2)])
+    """
+    processes = _check_processes("start_proc_mask_signal", proc)
+    with mask_sigint():
+        for p in processes:
+            p.start()
+
+
+class DIE:
+    """The end-of-queue sentinel of tensorpack's process queues: the index ``DIE`` in an
+    ``(index, datapoint)`` item says the producer is done (see
+    :func:`~inputpipe.dataflow.remote.dump_dataflow_to_process_queue`).
+
+    Example::
+
+        index, dp = queue.get()
+        if index is DIE:
+            ...
+    """

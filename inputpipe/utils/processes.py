@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 from . import seeding
 from .allocator import tune_worker_allocator
 from .compat import pidfd_open
-from .concurrency import POLL_INTERVAL, StoppableThread
+from .concurrency import POLL_INTERVAL, StoppableThread, _set_parent_death_signal
 from .errors import WorkerError, worker_error_class
 from .logger import get_logger
 
@@ -47,7 +47,6 @@ __all__ = ["START_METHODS", "default_start_method", "WorkerProcesses"]
 logger = get_logger(__name__)
 
 START_METHODS = ("fork", "forkserver", "spawn")
-_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 #: Seconds a worker gets to exit after SIGTERM before it is sent SIGKILL.
@@ -79,18 +78,6 @@ def _check_picklable(component: str, method: str, args: Sequence[Any]) -> None:
                 "(no lambdas or local functions), open files and sockets in reset_state(), or use "
                 "start_method='fork'.".format(component, method, arg, type(err).__name__, err)
             ) from err
-
-
-def _set_parent_death_signal() -> None:
-    """Ask Linux to SIGKILL this process when the thread that started it exits."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
-            logger.debug("prctl(PR_SET_PDEATHSIG) failed with errno %d", ctypes.get_errno())
-    except (OSError, AttributeError) as err:
-        logger.debug("prctl(PR_SET_PDEATHSIG) is not available: %s", err)
 
 
 @contextmanager

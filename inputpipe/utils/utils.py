@@ -1,5 +1,6 @@
 """tensorpack's ``utils.utils`` helpers that DataFlow code imports (``get_rng`` for a flow's or an
-augmentor's random state, ``get_tqdm``/``get_tqdm_kwargs`` for progress bars), at the same path
+augmentor's random state, ``get_tqdm``/``get_tqdm_kwargs`` for progress bars, ``fix_rng_seed``,
+``execute_only_once``, ``change_env``, ``humanize_time_delta``), at the same path
 (``inputpipe.dataflow`` has them too, as tensorpack's data modules did).
 
 Example::
@@ -7,16 +8,22 @@ Example::
     from inputpipe.utils.utils import get_rng
     rng = get_rng(self)          # in a DataFlow's reset_state()
 """
+import contextlib
 import os
 import sys
-from typing import Any, Dict
+import threading
+from typing import Any, Dict, Iterator, Optional, Set, Tuple
 
 import numpy as np
 
 from . import logger  # noqa: F401  (tensorpack's utils.utils has it: `from ...utils.utils import logger`)
-from .seeding import new_rng
+from .logger import get_logger
+from .seeding import new_rng, set_global_seed
 
-__all__ = ["get_rng", "get_tqdm_kwargs", "get_tqdm"]
+__all__ = ["change_env", "get_rng", "fix_rng_seed", "get_tqdm", "execute_only_once", "humanize_time_delta",
+           "get_tqdm_kwargs"]
+
+_logger = get_logger(__name__)
 
 #: Environment variable (tensorpack's) that sets the seconds between progress-bar refreshes.
 PROGRESS_REFRESH_ENV = "TENSORPACK_PROGRESS_REFRESH"
@@ -79,3 +86,95 @@ def get_tqdm(*args: Any, **kwargs: Any) -> Any:
     from tqdm import tqdm
 
     return tqdm(*args, **get_tqdm_kwargs(**kwargs))
+
+
+def fix_rng_seed(seed: int) -> None:
+    """tensorpack's way to make a run's randomness repeatable: here it is
+    :func:`inputpipe.dataflow.seeding.set_global_seed` (every RNG of the pipeline derived from
+    ``seed``, each its own stream; tensorpack gave every ``get_rng()`` the same seed).
+
+    Example::
+
+        fix_rng_seed(42)
+        rng = get_rng()        # the same numbers on every run
+    """
+    set_global_seed(seed)
+
+
+_executed: Set[Tuple[str, int]] = set()
+_executed_lock = threading.Lock()
+
+
+def execute_only_once() -> bool:
+    """True the first time the line that calls it runs in this process, False afterwards.
+
+    Example::
+
+        if execute_only_once():
+            print("the first datapoint has shape", dp[0].shape)
+    """
+    caller = sys._getframe(1)
+    where = (caller.f_code.co_filename, caller.f_lineno)
+    with _executed_lock:
+        if where in _executed:
+            return False
+        _executed.add(where)
+        return True
+
+
+@contextlib.contextmanager
+def change_env(name: str, val: Optional[str]) -> Iterator[None]:
+    """A block in which the environment variable ``name`` is ``val`` (None: unset); its value
+    before is put back after the block, even when it raises.
+
+    Example::
+
+        with change_env("CUDA_VISIBLE_DEVICES", ""):
+            start_workers()        # they see no GPU
+    """
+    before = os.environ.get(name)
+    _set_env(name, val)
+    try:
+        yield
+    finally:
+        _set_env(name, before)
+
+
+def _set_env(name: str, val: Optional[str]) -> None:
+    if val is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = val
+
+
+_UNITS = (("day", 86400), ("hour", 3600), ("minute", 60))
+
+
+def humanize_time_delta(sec: float) -> str:
+    """Seconds as words: ``"1 minute 27 seconds"``, ``"1 day 9 hours 2 minutes 3 seconds"``,
+    ``"0.01 seconds"`` (whole seconds from a minute up; 3 significant digits below).
+
+    Example::
+
+        assert humanize_time_delta(61) == "1 minute 1 second"
+    """
+    if sec < 0:
+        _logger.warning("humanize_time_delta: got negative seconds %s", sec)
+        return "{:.3g} seconds".format(sec)
+    if sec == 0:
+        return "0 second"
+    words = []
+    rest: float = sec
+    if sec >= 60:
+        rest = int(sec)
+        for unit, size in _UNITS:
+            count, rest = divmod(rest, size)
+            if count:
+                words.append(_counted(count, unit))
+    if rest:
+        words.append(_counted(rest, "second"))
+    return " ".join(words)
+
+
+def _counted(value: float, unit: str) -> str:
+    return "{:.3g} {}{}".format(value, unit, "" if value == 1 else "s")

@@ -1,11 +1,13 @@
-"""Where datasets live, and how their standard files are downloaded, verified and unpacked.
+"""Where datasets live, and how their standard files are downloaded, verified, unpacked and read.
 
 A dataset reader names the files it needs as :class:`RemoteFile` entries. A file already in the
 dataset directory is used as it is (like tensorpack, so you can put the files there yourself);
 a missing one is downloaded from its URLs in order into a ``.part`` file, checked against its
 md5 (or, where no checksum is published, its documented size) and only then moved into place.
 Without network access the reader fails at once with a :class:`DatasetDownloadError` that names
-the URL, the directory and every file it expects there.
+the URL, the directory and every file it expects there. The downloads themselves
+(:func:`fetch`, :func:`get_dataset_path`, ...) live in :mod:`inputpipe.utils.fs`, tensorpack's
+``utils.fs``; this module adds unpacking and reading the datasets' files.
 
 Example::
 
@@ -21,57 +23,18 @@ import io
 import os
 import pickle
 import pickletools
-import shutil
 import tarfile
-import urllib.error
-import urllib.request
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict
 
 import numpy as np
 
-from ...utils.compat import md5
-from ...utils.logger import get_logger
+from ...utils.fs import DatasetDownloadError, RemoteFile, fetch, get_dataset_path
 from ..dataset_io import DatasetFormatError
 from ..image_damage import check_image_file_damage
 from ..image_limits import check_image_file
 
 __all__ = ["DatasetDownloadError", "RemoteFile", "get_dataset_path", "fetch", "extract_tar",
            "load_mat", "load_dataset_pickle", "read_color_image", "unreadable_image_error"]
-
-logger = get_logger(__name__)
-
-#: Seconds a download may wait for the server (connect or a read) before it is given up.
-DOWNLOAD_TIMEOUT = 30.0
-_CHUNK_BYTES = 1 << 20
-_DEFAULT_ROOT = os.path.join("~", "tensorpack_data")
-
-
-class DatasetDownloadError(OSError):
-    """A dataset file is missing and could not be downloaded, or the download is not the
-    standard file (wrong checksum or size). The message says which URL, which directory and
-    which files to put there by hand.
-
-    Example::
-
-        try:
-            ds = Mnist("train")
-        except DatasetDownloadError as err:
-            print(err)     # ... put train-images-idx3-ubyte.gz, ... into ~/tensorpack_data/mnist_data
-    """
-
-
-class RemoteFile(NamedTuple):
-    """One standard dataset file: its name in the dataset directory, the base URLs to fetch it
-    from (the file name is appended), and its md5 and/or size in bytes when known."""
-
-    name: str
-    base_urls: Tuple[str, ...]
-    md5: Optional[str] = None
-    size: Optional[int] = None
-
-    @property
-    def urls(self) -> Tuple[str, ...]:
-        return tuple(base + self.name for base in self.base_urls)
 
 
 def read_color_image(component: str, path: str) -> np.ndarray:
@@ -133,82 +96,6 @@ def unreadable_image_error(component: str, path: str) -> OSError:
         return OSError("{}: cannot read the image file {}: {}".format(component, path, err))
     return OSError("{}: cannot decode the image file {} ({} bytes, starting with {!r}): expected a complete image "
                    "in a format OpenCV reads (JPEG, PNG, BMP, ...)".format(component, path, size, head))
-
-
-def get_dataset_path(*names: str) -> str:
-    """The default directory of a dataset: ``$INPUTPIPE_DATASET``, else ``$TENSORPACK_DATASET``
-    (so data that tensorpack downloaded is found), else ``~/tensorpack_data``, joined with
-    ``names``. Nothing is created here.
-
-    Example::
-
-        get_dataset_path("mnist_data")     # e.g. '/home/me/tensorpack_data/mnist_data'
-    """
-    root = os.environ.get("INPUTPIPE_DATASET") or os.environ.get("TENSORPACK_DATASET") or _DEFAULT_ROOT
-    return os.path.join(os.path.expanduser(root), *names)
-
-
-def _fetch_url(url: str, destination: str, timeout: float) -> None:
-    """Write the body of ``url`` to ``destination``; raises OSError (URLError, timeouts) on failure."""
-    with urllib.request.urlopen(url, timeout=timeout) as response, open(destination, "wb") as out:
-        shutil.copyfileobj(response, out, _CHUNK_BYTES)
-
-
-def _md5_of(path: str) -> str:
-    digest = md5()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_CHUNK_BYTES), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _verify(remote: RemoteFile, path: str, url: str, component: str) -> None:
-    size = os.path.getsize(path)
-    if remote.size is not None and size != remote.size:
-        raise DatasetDownloadError("{}: the file downloaded from {} has {} bytes, but the standard {} has "
-                                   "{}".format(component, url, size, remote.name, remote.size))
-    if remote.md5 is not None:
-        actual = _md5_of(path)
-        if actual != remote.md5:
-            raise DatasetDownloadError("{}: the file downloaded from {} has md5 {}, but the standard {} has "
-                                       "md5 {}".format(component, url, actual, remote.name, remote.md5))
-
-
-def _missing_files_message(component: str, directory: str, expected: Sequence[str]) -> str:
-    return ("put the file{} {} into {} yourself (or pass the directory that holds them) and try "
-            "again".format("s" if len(expected) > 1 else "", ", ".join(expected), directory))
-
-
-def fetch(remote: RemoteFile, directory: str, component: str, expected: Optional[Sequence[str]] = None) -> str:
-    """The path of ``remote`` in ``directory``, downloading and verifying it first when missing.
-
-    ``expected`` lists every file the caller needs in that directory, for the error message
-    (default: just this one). A failed download leaves no partial file behind.
-    """
-    path = os.path.join(directory, remote.name)
-    if os.path.isfile(path):
-        return path
-    expected = list(expected or [remote.name])
-    os.makedirs(directory, exist_ok=True)
-    partial = path + ".part"
-    errors = []
-    for url in remote.urls:
-        logger.info("%s: downloading %s to %s", component, url, path)
-        try:
-            _fetch_url(url, partial, DOWNLOAD_TIMEOUT)
-            _verify(remote, partial, url, component)
-        except DatasetDownloadError as err:
-            errors.append(str(err))
-        except (OSError, ValueError) as err:  # URLError, HTTPError, timeouts, a malformed URL
-            errors.append("{}: cannot download {} ({}: {})".format(component, url, type(err).__name__, err))
-        else:
-            os.replace(partial, path)
-            logger.info("%s: downloaded %s (%d bytes)", component, remote.name, os.path.getsize(path))
-            return path
-        finally:
-            if os.path.exists(partial):
-                os.remove(partial)
-    raise DatasetDownloadError("{}; {}".format("; ".join(errors), _missing_files_message(component, directory, expected)))
 
 
 def _inside(root: str, member: str) -> bool:

@@ -1,0 +1,166 @@
+"""tensorpack's ``utils.develop`` at the same path: deprecation messages and stand-ins for what an
+optional dependency would provide.
+
+- :func:`log_deprecated` / :func:`deprecated` log ``[Deprecated] ...`` warnings (at most
+  ``max_num_warnings`` times per message);
+- :func:`create_dummy_class` / :func:`create_dummy_func` stand for a class or a function whose
+  dependency cannot be imported: using one raises ``ImportError`` naming the dependency;
+- :func:`building_rtfd` tells whether the docs are being built on Read the Docs;
+  :func:`HIDE_DOC` marks a function to leave out of the API docs.
+
+Example::
+
+    from inputpipe.utils.develop import create_dummy_func, log_deprecated
+    try:
+        from lmdb import open as open_lmdb
+    except ImportError:
+        open_lmdb = create_dummy_func("open_lmdb", "lmdb")
+    log_deprecated("read_all()", "Use read() instead.", "2027-01-01")
+"""
+import datetime
+import functools
+import os
+import sys
+import threading
+from typing import Any, Callable, Dict, Optional, TypeVar
+
+from .logger import get_logger
+
+__all__ = []   # as tensorpack's: nothing for a star import
+
+logger = get_logger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_deprecation_counts: Dict[str, int] = {}
+_count_lock = threading.Lock()
+
+
+def _end_of_service(eos: str) -> str:
+    try:
+        year, month, day = (int(part) for part in eos.split("-"))
+        return "after " + datetime.date(year, month, day).strftime("%d %b")
+    except ValueError:
+        raise ValueError("log_deprecated: eos must be a date 'YYYY-MM-DD', got {!r}".format(eos)) from None
+
+
+def log_deprecated(name: str = "", text: str = "", eos: str = "", max_num_warnings: Optional[int] = None) -> None:
+    """Log a deprecation warning about ``name`` (with the explanation ``text`` and the end of
+    service date ``eos``, ``"YYYY-MM-DD"``); at most ``max_num_warnings`` times per message.
+
+    Example::
+
+        log_deprecated("MyFlow(nr_proc=)", "Use num_proc= instead.", "2025-12-31")
+    """
+    if not name and not text:
+        raise ValueError("log_deprecated: give the name of the deprecated thing or a text")
+    when = _end_of_service(eos) if eos else ""
+    if name:
+        message = "{} will be deprecated {}. {}".format(name, when, text) if when else \
+            "{} was deprecated. {}".format(name, text)
+    else:
+        message = text + (" Legacy period ends {}".format(when) if when else "")
+    if max_num_warnings is not None:
+        with _count_lock:
+            count = _deprecation_counts.get(message, 0)
+            if count >= max_num_warnings:
+                return
+            _deprecation_counts[message] = count + 1
+    logger.warning("[Deprecated] %s", message)
+
+
+def deprecated(text: str = "", eos: str = "", max_num_warnings: Optional[int] = None) -> Callable[[F], F]:
+    """A decorator: each call of the function logs :func:`log_deprecated` with its name and the
+    caller's file and line, then runs it.
+
+    Example::
+
+        @deprecated("Use read_all() instead.", "2025-12-31")
+        def read():
+            ...
+    """
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            caller = sys._getframe(1)
+            log_deprecated("{} [{}:{}]".format(func.__name__, caller.f_code.co_filename, caller.f_lineno), text,
+                           eos, max_num_warnings=max_num_warnings)
+            return func(*args, **kwargs)
+        return wrapper  # type: ignore[return-value]
+    return decorate
+
+
+def _missing(what: str, dependency: str) -> str:
+    return "{} is not available: it needs {!r}, which cannot be imported (install it)".format(what, dependency)
+
+
+def create_dummy_class(klass: str, dependency: str) -> type:
+    """A stand-in for the class named ``klass`` when ``dependency`` cannot be imported: creating
+    one raises ``ImportError``, reading a class attribute ``AttributeError``, both naming the
+    dependency.
+
+    Example::
+
+        try:
+            from lmdb_backed import Reader
+        except ImportError:
+            Reader = create_dummy_class("Reader", "lmdb")
+    """
+    message = _missing(klass, dependency)
+
+    class _MissingDependencyMeta(type):
+        def __getattr__(cls, attribute: str) -> Any:
+            raise AttributeError(message)
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise ImportError(message)
+
+    return _MissingDependencyMeta(klass, (object,), {"__init__": refuse, "__doc__": message})
+
+
+def create_dummy_func(func: str, dependency: Any) -> Callable[..., Any]:
+    """A stand-in for the function named ``func`` when ``dependency`` (a name, or a list of
+    names) cannot be imported: calling it raises ``ImportError`` naming them.
+
+    Example::
+
+        try:
+            from scipy.io import loadmat
+        except ImportError:
+            loadmat = create_dummy_func("loadmat", "scipy")
+    """
+    names = "', '".join(dependency) if isinstance(dependency, (list, tuple)) else str(dependency)
+    message = _missing(func, names)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ImportError(message)
+
+    refuse.__name__ = refuse.__qualname__ = func
+    refuse.__doc__ = message
+    return refuse
+
+
+def building_rtfd() -> bool:
+    """Whether the code runs in a docs build on Read the Docs (``READTHEDOCS`` set) or a build
+    that sets ``DOC_BUILDING``.
+
+    Example::
+
+        if not building_rtfd():
+            import cv2
+    """
+    return os.environ.get("READTHEDOCS") == "True" or bool(os.environ.get("DOC_BUILDING"))
+
+
+def HIDE_DOC(func: F) -> F:
+    """A decorator that marks ``func`` to be left out of the API docs (``__HIDE_SPHINX_DOC__``,
+    which a Sphinx ``autodoc-skip-member`` hook reads); the function itself is unchanged.
+
+    Example::
+
+        @HIDE_DOC
+        def _internal_helper():
+            ...
+    """
+    func.__HIDE_SPHINX_DOC__ = True    # type: ignore[attr-defined]
+    return func
