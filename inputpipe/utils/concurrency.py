@@ -4,6 +4,11 @@ Every background thread in inputpipe is a :class:`StoppableThread`: it is a daem
 stop event, and its blocking queue operations poll with a timeout so ``stop()`` takes effect
 within one poll interval.
 
+tensorpack's ``utils.concurrency`` names are here too: :class:`LoopThread`, and the process helpers
+:func:`ensure_proc_terminate`, :func:`start_proc_mask_signal`, :func:`mask_sigint`,
+:func:`enable_death_signal` and :class:`DIE` (``ShareSessionThread``, a TensorFlow thread, is in
+:mod:`inputpipe.input_source.input_source`, as tensorpack's input sources imported it).
+
 Example::
 
     class Producer(StoppableThread):

@@ -90,8 +90,10 @@ def deprecated(text: str = "", eos: str = "", max_num_warnings: Optional[int] = 
     return decorate
 
 
-def _missing(what: str, dependency: str) -> str:
-    return "{} is not available: it needs {!r}, which cannot be imported (install it)".format(what, dependency)
+def _missing(what: str, dependency: Any) -> str:
+    names = dependency if isinstance(dependency, (list, tuple)) else [dependency]
+    return "{} is not available: it needs {}, which cannot be imported (install {})".format(
+        what, ", ".join(repr(str(name)) for name in names), "them" if len(names) > 1 else "it")
 
 
 def create_dummy_class(klass: str, dependency: str) -> type:
@@ -129,8 +131,7 @@ def create_dummy_func(func: str, dependency: Any) -> Callable[..., Any]:
         except ImportError:
             loadmat = create_dummy_func("loadmat", "scipy")
     """
-    names = "', '".join(dependency) if isinstance(dependency, (list, tuple)) else str(dependency)
-    message = _missing(func, names)
+    message = _missing(func, dependency)
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise ImportError(message)
