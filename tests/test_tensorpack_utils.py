@@ -402,3 +402,31 @@ def test_mask_sigint_ignores_ctrl_c_in_the_main_thread_only():
     thread.start()
     thread.join(5)
     assert seen == [(False, False)]
+
+
+@pytest.mark.timeout(30)
+def test_threads_made_with_one_stop_event_stop_together():
+    import queue
+
+    from inputpipe.utils.concurrency import StoppableThread
+
+    class Getter(StoppableThread):
+        def __init__(self, evt, q):
+            super().__init__(evt)                     # tensorpack's signature: the event first
+            self.q = q
+            self.got = "nothing yet"
+
+        def run(self):
+            try:
+                self.got = self.queue_get_stoppable(self.q)
+            except queue.Empty:                       # stopped while waiting (tensorpack: None)
+                self.got = "stopped"
+
+    event = threading.Event()
+    threads = [Getter(event, queue.Queue()), StoppableThread(target=lambda: None, evt=event)]
+    threads[0].start()
+    threads[1].stop()                                 # sets the shared event
+    threads[0].join(5)
+    assert not threads[0].is_alive() and threads[0].stopped() and threads[0].got == "stopped"
+    with pytest.raises(TypeError, match="got a stop event twice"):
+        StoppableThread(threading.Event(), evt=threading.Event())

@@ -54,6 +54,9 @@ _STOPPED = object()
 class StoppableThread(Thread):
     """A daemon thread with a stop event and stoppable, polling queue put/get.
 
+    As in tensorpack, the stop event may be given (``StoppableThread(event)`` or ``evt=event``):
+    threads made with one event stop together.
+
     Example::
 
         t = StoppableThread(target=work, name="feeder")
@@ -62,9 +65,14 @@ class StoppableThread(Thread):
         t.join(timeout=2)
     """
 
-    def __init__(self, target=None, name: Optional[str] = None, args=(), kwargs=None, daemon: bool = True):
+    def __init__(self, target=None, name: Optional[str] = None, args=(), kwargs=None, daemon: bool = True,
+                 evt: Optional[threading.Event] = None):
+        if isinstance(target, threading.Event):      # tensorpack's StoppableThread(evt)
+            if evt is not None:
+                raise TypeError("StoppableThread: got a stop event twice (as target and as evt)")
+            target, evt = None, target
         super().__init__(target=target, name=name, args=args, kwargs=kwargs or {}, daemon=daemon)
-        self._stop_event = threading.Event()
+        self._stop_event = threading.Event() if evt is None else evt
 
     def stop(self) -> None:
         """Ask the thread to stop; its stoppable waits return within ``POLL_INTERVAL``."""
