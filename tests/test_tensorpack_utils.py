@@ -304,7 +304,7 @@ def test_download_of_a_local_url_and_a_wrong_size(tmp_path):
     assert sorted(os.listdir(str(tmp_path / "out"))) == ["served.bin"]        # no partial file left
 
 
-def test_dummy_class_and_function_name_the_missing_dependency():
+def test_dummy_class_and_function_name_the_missing_dependency(monkeypatch):
     from inputpipe.utils.develop import building_rtfd, create_dummy_class, create_dummy_func, HIDE_DOC
 
     Reader = create_dummy_class("Reader", "lmdb")
@@ -319,7 +319,14 @@ def test_dummy_class_and_function_name_the_missing_dependency():
     def helper():
         """Kept."""
     assert helper.__HIDE_SPHINX_DOC__ is True and helper.__doc__ == "Kept."
-    assert building_rtfd() == (os.environ.get("READTHEDOCS") == "True" or bool(os.environ.get("DOC_BUILDING")))
+    monkeypatch.delenv("READTHEDOCS", raising=False)
+    monkeypatch.delenv("DOC_BUILDING", raising=False)
+    assert building_rtfd() is False
+    monkeypatch.setenv("READTHEDOCS", "True")
+    assert building_rtfd() is True
+    monkeypatch.delenv("READTHEDOCS")
+    monkeypatch.setenv("DOC_BUILDING", "1")
+    assert building_rtfd() is True
 
 
 def test_fix_rng_seed_makes_get_rng_repeatable():
