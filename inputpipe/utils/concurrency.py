@@ -48,8 +48,6 @@ POLL_INTERVAL = 0.05
 _TERMINATE_GRACE_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1
 
-_STOPPED = object()
-
 
 class StoppableThread(Thread):
     """A daemon thread with a stop event and stoppable, polling queue put/get.
@@ -145,7 +143,7 @@ class LoopThread(StoppableThread):
 
     def run(self) -> None:
         while not self.stopped():
-            if self._pausable and not self._running.is_set():
+            if not self._running.is_set():            # paused (only a pausable loop is)
                 self._running.wait(POLL_INTERVAL)
                 continue
             self._func()
