@@ -46,10 +46,12 @@ logger = get_logger(__name__)
 TRIAL_SHORTFALL = 0.8
 TRIAL_MARGIN = 1.2
 #: A parallel trial below the serial chain's measured rate is checked in this many pairs of runs
-#: (serial, then parallel), and the serial chain kept when this much faster in every pair.
+#: (parallel, then serial), and the serial chain kept when it is faster in every pair and this
+#: much faster over all of them.
 SERIAL_PAIRS = 2
-SERIAL_MARGIN = 1.1
-#: ... when the model rates the parallel configuration below this many times the serial chain.
+SERIAL_MARGIN = 1.05
+#: ... when threads gave less than this many times the serial chain's measured rate; worker
+#: processes, when the model rates them below this many times the serial chain.
 SERIAL_CHECK_BELOW = 1.5
 #: The share of the all-serial run's measuring window after which the GIL probe is at work (the
 #: maps' times are taken before).
@@ -544,21 +546,27 @@ def _trials(chain: Chain, costs: model.Costs, choice: model.Choice, cpus: int, c
 def _against_serial(chain: Chain, costs: model.Costs, cpus: int, consumer_rate: Optional[float], best: tuple,
                     seconds: float, warmup: float, stall_timeout: float) -> tuple:
     """The parallel configuration of ``best`` (its trial, choice and notes) or the serial chain,
-    when the parallel trial fell below the serial chain's measured rate: the work costs more in
-    parallel than the model knows (large fresh arrays whose page faults take turns on the
-    process's memory map, GIL hand-overs). One trial says little on a shared machine, whose load
+    when the parallel trial, short of the model, may be no faster than the serial chain: the work
+    costs more in parallel than the model knows (large fresh arrays whose page faults take turns on
+    the process's memory map, GIL hand-overs). One trial says little on a shared machine, whose load
     changes from one run to the next, so the two take turns in :data:`SERIAL_PAIRS` pairs (the
     parallel configuration, then the serial chain: runs of ``seconds / 2``; the first pair's
-    parallel run is the trial made): the serial chain is kept only when it is
-    :data:`SERIAL_MARGIN` faster in every pair. Only where the model rates the parallel
-    configuration less than :data:`SERIAL_CHECK_BELOW` times the serial chain: a model that
-    expects twice the rate is not that wrong, and short trials under load are (the workers'
+    parallel run is the trial made): the serial chain is kept only when it is faster in every pair
+    and :data:`SERIAL_MARGIN` faster over all of them. Threads are checked when their trial gave
+    less than :data:`SERIAL_CHECK_BELOW` times the serial chain's measured rate (that rate is
+    measured with the tuner's probes at work, a little low; threads start at once, and what the
+    model cannot see costs them most); worker processes when their trial fell below that rate and
+    the model rates them less than :data:`SERIAL_CHECK_BELOW` times the serial chain: a model
+    that expects twice the rate is not that wrong, and short trials under load are (the workers'
     start is not amortized). A stage made "auto" stays so (its controller sizes it at run time)."""
     trial, choice, notes = best
     serial_forms = [Form() for _ in chain.units]
     serial = model.estimate(chain, costs, serial_forms, cpus, consumer_rate)
-    if trial.datapoints_per_sec >= costs.rate or choice.estimate.rate >= SERIAL_CHECK_BELOW * serial.rate or any(
-            u.auto is not None and f.kind != SERIAL for u, f in zip(chain.units, choice.forms)):
+    if any(f.kind == THREADS for f in choice.forms):
+        checked = trial.datapoints_per_sec < SERIAL_CHECK_BELOW * costs.rate
+    else:
+        checked = trial.datapoints_per_sec < costs.rate and choice.estimate.rate < SERIAL_CHECK_BELOW * serial.rate
+    if not checked or any(u.auto is not None and f.kind != SERIAL for u, f in zip(chain.units, choice.forms)):
         return best
     pairs, parallel = [], trial
     for turn in range(SERIAL_PAIRS):
@@ -568,7 +576,9 @@ def _against_serial(chain: Chain, costs: model.Costs, cpus: int, consumer_rate: 
         if parallel.stalled or alone.stalled:
             return best
         pairs.append((alone.datapoints_per_sec, parallel.datapoints_per_sec))
-        if alone.datapoints_per_sec <= parallel.datapoints_per_sec * SERIAL_MARGIN:
+        last = turn == SERIAL_PAIRS - 1
+        if alone.datapoints_per_sec <= parallel.datapoints_per_sec or (last and sum(a for a, _ in pairs) <
+                                                                      SERIAL_MARGIN * sum(p for _, p in pairs)):
             return best[0], best[1], notes + ["The trial ran below the serial chain's measured {:.1f}/s; "
                                               "in turns with it: {}. Kept.".format(costs.rate, _pairs_text(pairs))]
     kept = model.Choice(serial_forms, serial, choice.rated)
