@@ -59,6 +59,7 @@ PUBLIC_NAMES = {
 ALIASES_ON_FIRST_USE = {
     ("inputpipe.dataflow.imgaug.transform", "inputpipe.dataflow.imgaug.base"): ("ImageAugmentor",
                                                                                 "TransformAugmentorBase"),
+    ("inputpipe.utils.concurrency", "inputpipe.input_source.input_source"): ("ShareSessionThread",),
 }
 
 # Modules that only stand for tensorpack's API and so may not be imported by the core below them.

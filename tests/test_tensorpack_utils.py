@@ -17,14 +17,15 @@ TENSORPACK_NAMES = {
     "argtools": ["map_arg", "memoized", "memoized_method", "graph_memoized", "shape2d", "shape4d",
                  "memoized_ignoreargs", "log_once", "call_only_once", "get_data_format"],
     "timer": ["timed_operation", "IterSpeedCounter", "Timer", "total_timer", "print_total_timer", "timer"],
-    "fs": ["mkdir_p", "download", "recursive_walk", "get_dataset_path", "normpath"],
+    "fs": ["mkdir_p", "download", "recursive_walk", "get_dataset_path", "normpath", "execute_only_once"],
     "stats": ["StatCounter", "BinaryStatistics", "RatioCounter", "Accuracy", "OnlineMoments"],
     "develop": ["create_dummy_class", "create_dummy_func", "building_rtfd", "log_deprecated", "deprecated",
-                "HIDE_DOC"],
+                "HIDE_DOC", "LazyLoader"],
     "concurrency": ["StoppableThread", "LoopThread", "ensure_proc_terminate", "start_proc_mask_signal", "DIE",
-                    "enable_death_signal", "is_main_thread", "mask_sigint"],
+                    "enable_death_signal", "is_main_thread", "mask_sigint", "OrderedContainer", "subproc_call",
+                    "OrderedResultGatherProc", "ShareSessionThread", "log_once"],
     "utils": ["change_env", "get_rng", "fix_rng_seed", "get_tqdm", "execute_only_once", "humanize_time_delta",
-              "get_tqdm_kwargs"],
+              "get_tqdm_kwargs", "find_library_full_path", "subproc_call"],
 }
 TENSORPACK_ALL = {
     "argtools": {"map_arg", "memoized", "memoized_method", "graph_memoized", "shape2d", "shape4d",
@@ -437,3 +438,176 @@ def test_threads_made_with_one_stop_event_stop_together():
     assert not threads[0].is_alive() and threads[0].stopped() and threads[0].got == "stopped"
     with pytest.raises(TypeError, match="got a stop event twice"):
         StoppableThread(threading.Event(), evt=threading.Event())
+
+
+def test_ordered_container_gives_items_in_rank_order_and_refuses_a_rank_twice():
+    from inputpipe.utils.concurrency import OrderedContainer
+
+    box = OrderedContainer(start=5)
+    assert not box.has_next()
+    for rank in (7, 5, 8):
+        box.put(rank, "item {}".format(rank))
+    assert box.get() == (5, "item 5") and not box.has_next()
+    with pytest.raises(ValueError, match="rank 6 is not there yet"):
+        box.get()
+    box.put(6, "item 6")
+    assert [box.get() for _ in range(3)] == [(6, "item 6"), (7, "item 7"), (8, "item 8")]
+    assert box.wait_for == 9 and not box.has_next()
+    with pytest.raises(ValueError, match="rank 8 was already put"):
+        box.put(8, "again")
+    box.put(10, "x")
+    with pytest.raises(ValueError, match="rank 10 was already put"):
+        box.put(10, "y")
+
+
+@pytest.mark.timeout(30)
+def test_subproc_call_returns_output_and_code_and_kills_at_its_timeout(caplog):
+    import sys
+
+    from inputpipe.utils.concurrency import subproc_call
+
+    assert subproc_call("echo out; echo err 1>&2") == (b"out\nerr\n", 0)
+    assert subproc_call([sys.executable, "-c", "import sys; print('a'); sys.exit(4)"]) == (b"a\n", 4)
+    started = time.monotonic()
+    output, code = subproc_call([sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.5)
+    assert (output, code) == (b"", -1) and time.monotonic() - started < 20
+    assert subproc_call(["/nonexistent/program"]) == (b"", -2)
+    text = caplog.text
+    assert "return code 4" in text and "ran over its timeout of 0.5 s" in text and "could not be started" in text
+
+
+def test_lazy_loader_imports_on_first_use_and_replaces_itself():
+    import sys
+
+    from inputpipe.utils.develop import LazyLoader
+
+    namespace = {}
+    sys.modules.pop("colorsys", None)
+    namespace["colorsys"] = LazyLoader("colorsys", namespace, "colorsys")
+    assert "colorsys" not in sys.modules
+    assert namespace["colorsys"].rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)
+    assert namespace["colorsys"] is sys.modules["colorsys"]
+    missing = LazyLoader("nothing", namespace, "inputpipe_no_such_module")
+    with pytest.raises(ModuleNotFoundError, match="inputpipe_no_such_module"):
+        missing.anything  # noqa: B018  (the read imports)
+
+
+def test_find_library_full_path_finds_a_loaded_library_and_none_for_a_missing_one():
+    import ctypes
+
+    from inputpipe.utils.utils import find_library_full_path
+
+    libc = find_library_full_path("c")
+    assert libc is not None and os.path.isabs(libc) and os.path.basename(libc).startswith("libc.so")
+    ctypes.CDLL(libc)                                  # the file is the library
+    assert find_library_full_path("inputpipe_no_such_library") is None
+    with pytest.raises(ValueError, match="a library name"):
+        find_library_full_path("/usr/lib/libc.so.6")
+
+
+def _produce(out, ranks):
+    from inputpipe.utils.concurrency import DIE
+
+    for rank in ranks:
+        out.put((rank, rank * rank))
+    out.put((DIE, "done"))
+
+
+@pytest.mark.timeout(60)
+def test_ordered_result_gather_proc_puts_back_the_order_of_two_producers():
+    import multiprocessing
+    import queue
+
+    from inputpipe.utils.concurrency import DIE, OrderedResultGatherProc
+
+    ctx = multiprocessing.get_context("fork")
+    work = ctx.Queue()
+    gather = OrderedResultGatherProc(work, nr_producer=2, start=0)
+    gather.start()
+    producers = [ctx.Process(target=_produce, args=(work, ranks)) for ranks in ([5, 1, 3, 7], [0, 6, 2, 4])]
+    for p in producers:
+        p.start()
+    got = [gather.get(timeout=20) for _ in range(10)]
+    for p in producers + [gather]:
+        p.join(10)
+    assert [pair for pair in got if pair[0] is not DIE] == [(r, r * r) for r in range(8)]
+    assert [pair for pair in got if pair[0] is DIE] == [(DIE, "done"), (DIE, "done")]
+    assert not any(p.is_alive() for p in producers + [gather]) and gather.exitcode == 0
+    with pytest.raises(RuntimeError, match="expected the next result \\(rank 8 on\\), but the process ended"):
+        gather.get(timeout=5)
+    waiting = OrderedResultGatherProc(ctx.Queue(), nr_producer=1)
+    waiting.start()
+    try:
+        with pytest.raises(queue.Empty):
+            waiting.get(timeout=0.3)
+    finally:
+        waiting.terminate()
+        waiting.join(10)
+    assert not waiting.is_alive()
+    with pytest.raises(ValueError, match="nr_producer must be >= 1"):
+        OrderedResultGatherProc(ctx.Queue(), nr_producer=0)
+
+
+@pytest.fixture
+def logger_dir_state():
+    from inputpipe.utils import logger as ip_logger
+
+    level = ip_logger.logger.level
+    yield ip_logger
+    if ip_logger._file_handler is not None:
+        ip_logger.logger.removeHandler(ip_logger._file_handler)
+        ip_logger._file_handler.close()
+    ip_logger._file_handler, ip_logger._log_dir = None, None
+    ip_logger.logger.setLevel(level)
+
+
+def _log_files(directory):
+    return sorted(name for name in os.listdir(directory) if name.startswith("log.log"))
+
+
+def test_set_logger_dir_writes_the_log_and_treats_an_existing_directory_as_told(tmp_path, logger_dir_state,
+                                                                                monkeypatch):
+    logger = logger_dir_state
+    target = tmp_path / "train_log" / "run"
+    logger.set_logger_dir(str(target))
+    assert logger.get_logger_dir() == str(target) and _log_files(target) == ["log.log"]
+    logger.info("step %d", 1)
+    logger.warn("careful")
+    text = (target / "log.log").read_text()
+    assert "INFO step 1" in text and "WARNING careful" in text
+    logger.set_logger_dir(str(target), action="k")           # a resumed run: the old log kept aside
+    assert len(_log_files(target)) == 2 and "INFO step 1" not in (target / "log.log").read_text()
+    monkeypatch.setattr("sys.stdin", None)                   # a batch job: nobody to ask
+    with pytest.raises(OSError, match="exists and holds files, and there is no terminal to ask what to do: "
+                                      "pass action="):
+        logger.set_logger_dir(str(target))
+    with pytest.raises(OSError, match="exists and holds files"):
+        logger.set_logger_dir(str(target), action="q")
+    with pytest.raises(ValueError, match="action must be one of 'k'"):
+        logger.set_logger_dir(str(target), action="x")
+    logger.set_logger_dir(str(target), action="n")
+    assert logger.get_logger_dir().startswith(str(target)) and logger.get_logger_dir() != str(target)
+    assert _log_files(logger.get_logger_dir()) == ["log.log"]
+    logger.set_logger_dir(str(target), action="b")
+    assert _log_files(target) == ["log.log"] and len(os.listdir(tmp_path / "train_log")) == 3
+    (target / "notes.txt").write_text("x")
+    logger.set_logger_dir(str(target), action="d")
+    assert os.listdir(target) == ["log.log"]
+    (tmp_path / "hidden").mkdir()
+    (tmp_path / "hidden" / ".keep").write_text("")            # hidden files only: no question
+    logger.set_logger_dir(str(tmp_path / "hidden"))
+    assert logger.get_logger_dir() == str(tmp_path / "hidden")
+
+
+def test_auto_set_dir_names_the_directory_after_the_main_script(tmp_path, logger_dir_state, monkeypatch):
+    import sys
+    import types
+
+    logger = logger_dir_state
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__file__="/somewhere/train_resnet.py"))
+    logger.auto_set_dir(name="v2")
+    assert logger.get_logger_dir() == os.path.join("train_log", "train_resnet:v2")
+    assert (tmp_path / "train_log" / "train_resnet:v2" / "log.log").is_file()
+    logger.setLevel(logging.DEBUG)                            # tensorpack's module-level setLevel
+    assert logger.logger.level == logging.DEBUG

@@ -4,9 +4,11 @@ Every background thread in inputpipe is a :class:`StoppableThread`: it is a daem
 stop event, and its blocking queue operations poll with a timeout so ``stop()`` takes effect
 within one poll interval.
 
-tensorpack's ``utils.concurrency`` names are here too: :class:`LoopThread`, and the process helpers
+tensorpack's ``utils.concurrency`` names are here too: :class:`LoopThread`, the process helpers
 :func:`ensure_proc_terminate`, :func:`start_proc_mask_signal`, :func:`mask_sigint`,
-:func:`enable_death_signal` and :class:`DIE` (``ShareSessionThread``, a TensorFlow thread, is in
+:func:`enable_death_signal` and :class:`DIE`, :class:`OrderedContainer` and :class:`OrderedResultGatherProc` (results
+put back in order) and :func:`subproc_call` (a command's output, with a timeout) (``ShareSessionThread``, a
+TensorFlow thread, is in
 :mod:`inputpipe.input_source.input_source`, as tensorpack's input sources imported it).
 
 Example::
@@ -24,16 +26,22 @@ Example::
     t = Producer(queue.Queue(maxsize=10)); t.start(); ...; t.stop(); t.join(2)
 """
 import atexit
+import bisect
 import contextlib
 import ctypes
+import multiprocessing
 import multiprocessing.process
+import os
 import queue
 import signal
+import subprocess
 import sys
 import threading
+import time
 import weakref
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
+from .argtools import log_once  # noqa: F401  (tensorpack's utils.concurrency has it)
 from .compat import Thread
 from .logger import get_logger
 
@@ -278,3 +286,150 @@ class DIE:
         if index is DIE:
             ...
     """
+
+
+class OrderedContainer:
+    """Items put in any order by rank, taken out in the order of their ranks: ``get()`` gives the
+    item of rank ``start``, then ``start + 1``, ... and ``has_next()`` says whether the next one
+    is there (tensorpack's, for results of workers that finish out of order). Ranks must be
+    distinct; not thread-safe (one owner puts and gets).
+
+    Example::
+
+        box = OrderedContainer(start=0)
+        box.put(1, "b"); box.put(0, "a")
+        while box.has_next():
+            rank, item = box.get()       # (0, "a"), then (1, "b")
+    """
+
+    def __init__(self, start: int = 0):
+        self.ranks: List[int] = []
+        self.data: List[Any] = []
+        self.wait_for = int(start)
+
+    def put(self, rank: int, val: Any) -> None:
+        """Keep ``val`` as the item of ``rank``."""
+        where = bisect.bisect_left(self.ranks, rank)
+        if (where < len(self.ranks) and self.ranks[where] == rank) or rank < self.wait_for:
+            raise ValueError("OrderedContainer.put: rank {} was already put (ranks must be distinct; the next "
+                             "expected is {})".format(rank, self.wait_for))
+        self.ranks.insert(where, rank)
+        self.data.insert(where, val)
+
+    def has_next(self) -> bool:
+        """Whether the item of the next rank (``wait_for``) is there."""
+        return bool(self.ranks) and self.ranks[0] == self.wait_for
+
+    def get(self) -> Tuple[int, Any]:
+        """``(rank, item)`` of the next rank; ``ValueError`` when it has not been put yet."""
+        if not self.has_next():
+            raise ValueError("OrderedContainer.get: the item of rank {} is not there yet (held: {})".format(
+                self.wait_for, self.ranks[:8]))
+        self.wait_for += 1
+        return self.ranks.pop(0), self.data.pop(0)
+
+
+class OrderedResultGatherProc(multiprocessing.Process):
+    """A process that puts back in order what several producers compute out of order
+    (tensorpack's): it takes ``(rank, item)`` pairs from ``data_queue`` (a ``multiprocessing``
+    queue that ``nr_producer`` producer processes fill) and puts them in its ``result_queue`` in
+    the order of their ranks from ``start``; a producer ends with ``(DIE, anything)``, which
+    passes through as it comes, and the process ends after ``nr_producer`` of them. ``get()``
+    takes the next pair; it raises ``RuntimeError`` when the process ended with nothing left,
+    and ``queue.Empty`` after ``timeout`` seconds. The process also ends when its parent does.
+
+    Example::
+
+        gather = OrderedResultGatherProc(work_done, nr_producer=2)
+        gather.start()
+        rank, result = gather.get(timeout=60)
+    """
+
+    def __init__(self, data_queue: Any, nr_producer: int, start: int = 0):
+        super().__init__(daemon=True)
+        if int(nr_producer) < 1:
+            raise ValueError("OrderedResultGatherProc: nr_producer must be >= 1, got {!r}".format(nr_producer))
+        self.data_queue = data_queue
+        self.ordered_container = OrderedContainer(start=start)
+        self.result_queue: Any = multiprocessing.get_context().Queue()
+        self.nr_producer = int(nr_producer)
+        self._parent_pid = os.getpid()
+        self._next_rank = int(start)        # (the reader's side: the rank get() gives next)
+
+    def run(self) -> None:
+        ended = 0
+        while ended < self.nr_producer:
+            try:
+                rank, item = self.data_queue.get(timeout=POLL_INTERVAL * 10)
+            except queue.Empty:
+                if os.getppid() != self._parent_pid:      # the parent is gone: nobody will read
+                    return
+                continue
+            if rank is DIE:
+                self.result_queue.put((rank, item))
+                ended += 1
+                continue
+            self.ordered_container.put(rank, item)
+            while self.ordered_container.has_next():
+                self.result_queue.put(self.ordered_container.get())
+
+    def get(self, timeout: Optional[float] = None) -> Tuple[Any, Any]:
+        """The next ``(rank, item)`` in rank order (or a producer's ``(DIE, ...)``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = POLL_INTERVAL if deadline is None else max(0.0, min(POLL_INTERVAL, deadline - time.monotonic()))
+            try:
+                return self._taken(self.result_queue.get(timeout=wait))
+            except queue.Empty:
+                if not self.is_alive():
+                    try:
+                        return self._taken(self.result_queue.get(timeout=POLL_INTERVAL))
+                    except queue.Empty:
+                        raise RuntimeError("OrderedResultGatherProc: expected the next result (rank {} on), but "
+                                           "the process ended (exit code {}) with nothing left".format(
+                                               self._next_rank, self.exitcode)) from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    def _taken(self, pair: Tuple[Any, Any]) -> Tuple[Any, Any]:
+        if pair[0] is not DIE:
+            self._next_rank = pair[0] + 1
+        return pair
+
+
+def subproc_call(cmd: Union[str, Sequence[str]], timeout: Optional[float] = None) -> Tuple[bytes, int]:
+    """Run ``cmd`` (a string through the shell, as tensorpack's; or a list of arguments, without
+    one) and return ``(its stdout and stderr as bytes, its return code)``: -1 when it ran over
+    ``timeout`` seconds (it is killed; the output so far is returned), -2 when it could not be
+    started. Failures are logged as warnings, with the output.
+
+    Example::
+
+        output, code = subproc_call("nvidia-smi -L", timeout=5)
+    """
+    try:
+        output = subprocess.check_output(cmd, stderr=subprocess.STDOUT, shell=isinstance(cmd, str), timeout=timeout)
+        return output, 0
+    except subprocess.TimeoutExpired as err:
+        output = err.output or b""
+        logger.warning("subproc_call: %r ran over its timeout of %s s; its output: %s", cmd, timeout,
+                       output.decode("utf-8", "replace"))
+        return output, -1
+    except subprocess.CalledProcessError as err:
+        output = err.output or b""
+        logger.warning("subproc_call: %r failed with return code %d; its output: %s", cmd, err.returncode,
+                       output.decode("utf-8", "replace"))
+        return output, err.returncode
+    except OSError as err:
+        logger.warning("subproc_call: %r could not be started: %s", cmd, err)
+        return b"", -2
+
+
+def __getattr__(name: str) -> Any:
+    """``ShareSessionThread``, which tensorpack's ``utils.concurrency`` has: a TensorFlow thread,
+    defined with the input sources above this module and looked up on first use."""
+    if name == "ShareSessionThread":
+        from ..input_source.input_source import ShareSessionThread
+
+        return ShareSessionThread
+    raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))

@@ -6,7 +6,8 @@ optional dependency would provide.
 - :func:`create_dummy_class` / :func:`create_dummy_func` stand for a class or a function whose
   dependency cannot be imported: using one raises ``ImportError`` naming the dependency;
 - :func:`building_rtfd` tells whether the docs are being built on Read the Docs;
-  :func:`HIDE_DOC` marks a function to leave out of the API docs.
+  :func:`HIDE_DOC` marks a function to leave out of the API docs;
+- :class:`LazyLoader` stands for a module imported the first time one of its attributes is read.
 
 Example::
 
@@ -19,10 +20,12 @@ Example::
 """
 import datetime
 import functools
+import importlib
 import os
 import sys
 import threading
-from typing import Any, Callable, Dict, Optional, TypeVar
+import types
+from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 from .logger import get_logger
 
@@ -165,3 +168,34 @@ def HIDE_DOC(func: F) -> F:
     """
     func.__HIDE_SPHINX_DOC__ = True    # type: ignore[attr-defined]
     return func
+
+
+class LazyLoader(types.ModuleType):
+    """A module that is imported the first time one of its attributes is read (tensorpack's, after
+    TensorFlow's): ``name`` is the module to import, ``local_name`` the name it has in the
+    namespace ``parent_module_globals`` (usually ``globals()``), where the module replaces this
+    stand-in once imported. An import that fails raises there, when the attribute is read.
+
+    Example::
+
+        cv2 = LazyLoader("cv2", globals(), "cv2")     # no import yet
+        image = cv2.imread(path)                       # imported here
+    """
+
+    def __init__(self, local_name: str, parent_module_globals: Dict[str, Any], name: str):
+        self._local_name = local_name
+        self._parent_module_globals = parent_module_globals
+        super().__init__(name)
+
+    def _load(self) -> types.ModuleType:
+        module = importlib.import_module(self.__name__)
+        self._parent_module_globals[self._local_name] = module
+        # later reads find the attributes here, without __getattr__
+        self.__dict__.update(module.__dict__)
+        return module
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._load(), item)
+
+    def __dir__(self) -> List[str]:
+        return dir(self._load())

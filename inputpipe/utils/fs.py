@@ -22,6 +22,7 @@ from typing import Iterator, NamedTuple, Optional, Sequence, Tuple
 
 from .compat import md5
 from .logger import get_logger
+from .utils import execute_only_once  # noqa: F401  (tensorpack's utils.fs has it)
 
 __all__ = ["mkdir_p", "download", "recursive_walk", "get_dataset_path", "normpath"]
 

@@ -1,6 +1,7 @@
 """tensorpack's ``utils.utils`` helpers that DataFlow code imports (``get_rng`` for a flow's or an
 augmentor's random state, ``get_tqdm``/``get_tqdm_kwargs`` for progress bars, ``fix_rng_seed``,
-``execute_only_once``, ``change_env``, ``humanize_time_delta``), at the same path
+``execute_only_once``, ``change_env``, ``humanize_time_delta``, ``find_library_full_path``), at
+the same path
 (``inputpipe.dataflow`` has them too, as tensorpack's data modules did).
 
 Example::
@@ -9,7 +10,11 @@ Example::
     rng = get_rng(self)          # in a DataFlow's reset_state()
 """
 import contextlib
+import ctypes.util
 import os
+import re
+import shutil
+import subprocess
 import sys
 import threading
 from typing import Any, Dict, Iterator, Optional, Set, Tuple
@@ -17,6 +22,7 @@ from typing import Any, Dict, Iterator, Optional, Set, Tuple
 import numpy as np
 
 from . import logger  # noqa: F401  (tensorpack's utils.utils has it: `from ...utils.utils import logger`)
+from .concurrency import subproc_call  # noqa: F401  (tensorpack's utils.utils has it)
 from .logger import get_logger
 from .seeding import new_rng, set_global_seed
 
@@ -178,3 +184,71 @@ def humanize_time_delta(sec: float) -> str:
 
 def _counted(value: float, unit: str) -> str:
     return "{:.3g} {}{}".format(value, unit, "" if value == 1 else "s")
+
+
+#: Seconds ``ldconfig -p`` may take when :func:`find_library_full_path` asks it.
+_LDCONFIG_TIMEOUT = 10.0
+
+
+def find_library_full_path(name: str) -> Optional[str]:
+    """The full path of the shared library ``name`` (as for ``ctypes.util.find_library``: ``"c"``,
+    ``"tcmalloc"``, ``"jpeg"``), or None when it is not found: the file this process has mapped
+    (``/proc/self/maps``) if it has loaded it, else the first match in ``LD_LIBRARY_PATH``, in
+    the linker's cache (``ldconfig -p``), and what ``ctypes.util.find_library`` finds.
+
+    Example::
+
+        path = find_library_full_path("tcmalloc")    # e.g. "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"
+    """
+    if not name or os.sep in name:
+        raise ValueError("find_library_full_path: expected a library name such as 'jpeg', got {!r}".format(name))
+    pattern = re.compile(r"^lib{}\.so(\.[0-9.]+)?$".format(re.escape(name)))
+    for found in (_mapped_library(pattern), _library_on_path(pattern), _cached_library(name)):
+        if found:
+            return found
+    fallback = ctypes.util.find_library(name)
+    if fallback and os.path.isabs(fallback):
+        return os.path.realpath(fallback)
+    if fallback:
+        for directory in ("/lib", "/usr/lib", "/usr/local/lib", "/lib64", "/usr/lib64"):
+            candidate = os.path.join(directory, fallback)
+            if os.path.isfile(candidate):
+                return os.path.realpath(candidate)
+    return None
+
+
+def _mapped_library(pattern: "re.Pattern[str]") -> Optional[str]:
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rstrip("\n").split(maxsplit=5)[-1]
+                if path.startswith("/") and pattern.match(os.path.basename(path)) and os.path.isfile(path):
+                    return os.path.realpath(path)
+    except OSError:
+        pass
+    return None
+
+
+def _library_on_path(pattern: "re.Pattern[str]") -> Optional[str]:
+    for directory in filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)):
+        try:
+            entries = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if pattern.match(entry) and os.path.isfile(os.path.join(directory, entry)):
+                return os.path.realpath(os.path.join(directory, entry))
+    return None
+
+
+def _cached_library(name: str) -> Optional[str]:
+    ldconfig = shutil.which("ldconfig", path=os.pathsep.join([os.environ.get("PATH", ""), "/sbin", "/usr/sbin"]))
+    if ldconfig is None:
+        return None
+    try:
+        listing = subprocess.run([ldconfig, "-p"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 timeout=_LDCONFIG_TIMEOUT, check=False).stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"^\s*lib{}\.so[0-9.]*\s.*=>\s*(\S+)$".format(re.escape(name)), listing, re.MULTILINE)
+    return os.path.realpath(found.group(1)) if found and os.path.isfile(found.group(1)) else None

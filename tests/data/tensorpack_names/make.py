@@ -6,7 +6,9 @@ Run with the Python that has tensorpack 0.11 (here /opt/tpvenv/bin/python), from
     /opt/tpvenv/bin/python make.py
 
 For each module of ``tensorpack.dataflow`` (with ``imgaug`` and ``dataset``),
-``tensorpack.input_source`` and ``tensorpack.utils.serialize``, the file records its ``__all__``
+``tensorpack.input_source`` and the ``tensorpack.utils`` modules that data code imports
+(``serialize``, ``argtools``, ``concurrency``, ``develop``, ``fs``, ``logger``, ``stats``, ``timer``,
+``utils``), the file records its ``__all__``
 and, for every module-level name without a leading underscore, ``[kind, origin, type]``:
 
 - kind ``own``: defined in that module (its ``__module__`` is the module);
@@ -25,7 +27,9 @@ import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGES = ("tensorpack.dataflow", "tensorpack.input_source")
-MODULES = ("tensorpack.utils.serialize",)
+MODULES = ("tensorpack.utils.serialize", "tensorpack.utils.argtools", "tensorpack.utils.concurrency",
+           "tensorpack.utils.develop", "tensorpack.utils.fs", "tensorpack.utils.logger", "tensorpack.utils.stats",
+           "tensorpack.utils.timer", "tensorpack.utils.utils")
 
 
 def module_names():
