@@ -1,4 +1,4 @@
-"""Every Python block of README.md and docs/*.md that is meant to run, runs as written.
+"""Every Python block of README.md, docs/*.md and docs/api/*.md that is meant to run, runs as written.
 
 The blocks of one page run in order in one fresh interpreter (later blocks use what earlier ones
 defined, as a reader would), after tests/doc_snippets/prelude.py has defined the names the pages
@@ -32,7 +32,7 @@ if not tf.executing_eagerly():
 
 
 def _pages():
-    pages = [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
+    pages = [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md")) + sorted((REPO / "docs" / "api").glob("*.md"))
     return [p for p in pages if str(p.relative_to(REPO)) not in COVERED_ELSEWHERE]
 
 

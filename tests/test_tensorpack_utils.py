@@ -26,6 +26,9 @@ TENSORPACK_NAMES = {
                     "OrderedResultGatherProc", "ShareSessionThread", "log_once"],
     "utils": ["change_env", "get_rng", "fix_rng_seed", "get_tqdm", "execute_only_once", "humanize_time_delta",
               "get_tqdm_kwargs", "find_library_full_path", "subproc_call"],
+    "viz": ["interactive_imshow", "stack_patches", "gen_stack_patches", "dump_dataflow_images", "intensity_to_rgb",
+            "draw_boxes", "draw_text", "Canvas"],
+    "palette": ["PALETTE_RGB"],
 }
 TENSORPACK_ALL = {
     "argtools": {"map_arg", "memoized", "memoized_method", "graph_memoized", "shape2d", "shape4d",
@@ -34,6 +37,9 @@ TENSORPACK_ALL = {
     "fs": {"mkdir_p", "download", "recursive_walk", "get_dataset_path", "normpath"},
     "stats": {"StatCounter", "BinaryStatistics", "RatioCounter", "Accuracy", "OnlineMoments"},
     "develop": set(),
+    "viz": {"interactive_imshow", "stack_patches", "gen_stack_patches", "dump_dataflow_images", "intensity_to_rgb",
+            "draw_boxes"},
+    "palette": {"PALETTE_RGB"},
 }
 
 

@@ -8,7 +8,7 @@ Run with the Python that has tensorpack 0.11 (here /opt/tpvenv/bin/python), from
 For each module of ``tensorpack.dataflow`` (with ``imgaug`` and ``dataset``),
 ``tensorpack.input_source`` and the ``tensorpack.utils`` modules that data code imports
 (``serialize``, ``argtools``, ``concurrency``, ``develop``, ``fs``, ``logger``, ``stats``, ``timer``,
-``utils``), the file records its ``__all__``
+``utils``, ``viz``, ``palette``), the file records its ``__all__``
 and, for every module-level name without a leading underscore, ``[kind, origin, type]``:
 
 - kind ``own``: defined in that module (its ``__module__`` is the module);
@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGES = ("tensorpack.dataflow", "tensorpack.input_source")
 MODULES = ("tensorpack.utils.serialize", "tensorpack.utils.argtools", "tensorpack.utils.concurrency",
            "tensorpack.utils.develop", "tensorpack.utils.fs", "tensorpack.utils.logger", "tensorpack.utils.stats",
-           "tensorpack.utils.timer", "tensorpack.utils.utils")
+           "tensorpack.utils.timer", "tensorpack.utils.utils", "tensorpack.utils.viz", "tensorpack.utils.palette")
 
 
 def module_names():
