@@ -79,6 +79,11 @@ def test_draw_boxes_draws_on_a_copy_with_labels_larger_boxes_first():
     assert out[30, 20].tolist() == [0, 0, 200] and out[17, 40].tolist() == [0, 0, 200]       # edges of the small box
     assert out[20, 20].tolist() == [0, 0, 0]                                                 # inside it
     assert viz.draw_boxes(np.zeros((8, 8, 3), np.uint8), np.zeros((0, 4))).sum() == 0
+    assert (viz.draw_boxes(image, [5, 5, 40, 30]) == viz.draw_boxes(image, [[5, 5, 40, 30]])).all()    # one box
+    with pytest.raises(ValueError, match=r"expected boxes as N x 4 rows of x1, y1, x2, y2, got shape \(1, 5\)"):
+        viz.draw_boxes(image, [[5, 5, 40, 30, 0.9]])                  # (a score column left on)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        viz.draw_boxes(image, [[5, np.nan, 40, 30]])
     with pytest.raises(ValueError, match="1 labels for 2 boxes"):
         viz.draw_boxes(image, [[0, 0, 1, 1], [0, 0, 2, 2]], labels=["a"])
     with pytest.raises(ValueError, match=r"inside the 80x50 image .* these are not: \[\[0, 0, 81, 10\]\]"):

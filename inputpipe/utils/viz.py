@@ -342,7 +342,12 @@ def draw_boxes(im: np.ndarray, boxes: Any, labels: Optional[Sequence[str]] = Non
         shown = draw_boxes(image, [[10, 20, 110, 90]], labels=["dog"])
     """
     cv2 = _cv2("draw_boxes")
-    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4).round().astype(np.int32)
+    given = np.asarray(boxes, dtype=np.float64)
+    if given.size and not (given.shape == (4,) or (given.ndim == 2 and given.shape[1] == 4)):
+        raise ValueError("draw_boxes: expected boxes as N x 4 rows of x1, y1, x2, y2, got shape {}".format(given.shape))
+    if not np.isfinite(given).all():
+        raise ValueError("draw_boxes: the boxes hold NaN or infinite coordinates")
+    boxes = given.reshape(-1, 4).round().astype(np.int32)
     if labels is not None and len(labels) != len(boxes):
         raise ValueError("draw_boxes: {} labels for {} boxes".format(len(labels), len(boxes)))
     height, width = np.shape(im)[:2]
