@@ -4,12 +4,13 @@ Every background thread in inputpipe is a :class:`StoppableThread`: it is a daem
 stop event, and its blocking queue operations poll with a timeout so ``stop()`` takes effect
 within one poll interval.
 
-tensorpack's ``utils.concurrency`` names are here too: :class:`LoopThread`, the process helpers
+tensorpack's ``utils.concurrency`` names are here too: :class:`LoopThread`; the process helpers
 :func:`ensure_proc_terminate`, :func:`start_proc_mask_signal`, :func:`mask_sigint`,
-:func:`enable_death_signal` and :class:`DIE`, :class:`OrderedContainer` and :class:`OrderedResultGatherProc` (results
-put back in order) and :func:`subproc_call` (a command's output, with a timeout) (``ShareSessionThread``, a
-TensorFlow thread, is in
-:mod:`inputpipe.input_source.input_source`, as tensorpack's input sources imported it).
+:func:`enable_death_signal` and :class:`DIE`; :class:`OrderedContainer` and
+:class:`OrderedResultGatherProc`, which put results back in order; :func:`subproc_call`, a
+command's output with a timeout; and ``ShareSessionThread``, a TensorFlow thread defined in
+:mod:`inputpipe.input_source.input_source` (as tensorpack's input sources imported it) and
+looked up here on first use.
 
 Example::
 

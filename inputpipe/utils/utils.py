@@ -203,7 +203,8 @@ def find_library_full_path(name: str) -> Optional[str]:
     if not name or os.sep in name:
         raise ValueError("find_library_full_path: expected a library name such as 'jpeg', got {!r}".format(name))
     pattern = re.compile(r"^lib{}\.so(\.[0-9.]+)?$".format(re.escape(name)))
-    for found in (_mapped_library(pattern), _library_on_path(pattern), _cached_library(name)):
+    for look in (lambda: _mapped_library(pattern), lambda: _library_on_path(pattern), lambda: _cached_library(name)):
+        found = look()                   # (in turn: ldconfig runs only when the others found nothing)
         if found:
             return found
     fallback = ctypes.util.find_library(name)
