@@ -175,7 +175,7 @@ def test_missing_opencv_and_matplotlib_are_named(monkeypatch):
     with pytest.raises(ImportError, match=r"draw_boxes needs OpenCV.*pip install \"inputpipe\[image\]\""):
         viz.draw_boxes(np.zeros((4, 4, 3), np.uint8), [[0, 0, 1, 1]])
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(ImportError, match="intensity_to_rgb needs matplotlib"):
+    with pytest.raises(ImportError, match=r"intensity_to_rgb needs matplotlib.*pip install \"inputpipe\[viz\]\""):
         viz.intensity_to_rgb(np.zeros((2, 2)))
 
 

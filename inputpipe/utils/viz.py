@@ -300,7 +300,7 @@ def intensity_to_rgb(intensity: np.ndarray, cmap: str = "cubehelix", normalize: 
         from matplotlib import colormaps
     except ImportError as err:
         raise ImportError("intensity_to_rgb needs matplotlib (>= 3.5), which cannot be imported ({}); install it "
-                          "with: pip install matplotlib".format(err)) from None
+                          "with: pip install \"inputpipe[viz]\"".format(err)) from None
     intensity = np.asarray(intensity, dtype=np.float64)
     if intensity.ndim != 2:
         raise ValueError("intensity_to_rgb: expected a 2-D map, got shape {}".format(intensity.shape))
