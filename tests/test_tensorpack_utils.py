@@ -29,6 +29,7 @@ TENSORPACK_NAMES = {
     "viz": ["interactive_imshow", "stack_patches", "gen_stack_patches", "dump_dataflow_images", "intensity_to_rgb",
             "draw_boxes", "draw_text", "Canvas"],
     "palette": ["PALETTE_RGB"],
+    "gpu": ["change_gpu", "get_nr_gpu", "get_num_gpu"],
 }
 TENSORPACK_ALL = {
     "argtools": {"map_arg", "memoized", "memoized_method", "graph_memoized", "shape2d", "shape4d",
@@ -40,6 +41,7 @@ TENSORPACK_ALL = {
     "viz": {"interactive_imshow", "stack_patches", "gen_stack_patches", "dump_dataflow_images", "intensity_to_rgb",
             "draw_boxes"},
     "palette": {"PALETTE_RGB"},
+    "gpu": {"change_gpu", "get_nr_gpu", "get_num_gpu"},
 }
 
 
@@ -617,3 +619,51 @@ def test_auto_set_dir_names_the_directory_after_the_main_script(tmp_path, logger
     assert (tmp_path / "train_log" / "train_resnet:v2" / "log.log").is_file()
     logger.setLevel(logging.DEBUG)                            # tensorpack's module-level setLevel
     assert logger.logger.level == logging.DEBUG
+
+
+def _fake_tensorflow(gpus, built_with_cuda=True):
+    import types
+
+    tf = types.ModuleType("tensorflow")
+    tf.config = types.SimpleNamespace(list_physical_devices=lambda kind: ["/gpu:{}".format(i) for i in range(gpus)]
+                                      if kind == "GPU" else [])
+    tf.test = types.SimpleNamespace(is_built_with_cuda=lambda: built_with_cuda)
+    return tf
+
+
+def _fake_nvidia_smi(directory, script):
+    path = directory / "nvidia-smi"
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+
+
+@pytest.mark.timeout(60)
+def test_get_num_gpu_reads_cuda_visible_devices_then_nvidia_smi_then_tensorflow(tmp_path, monkeypatch, caplog):
+    import sys
+
+    from inputpipe.utils.gpu import change_gpu, get_nr_gpu, get_num_gpu
+
+    assert get_nr_gpu is get_num_gpu
+    monkeypatch.setenv("PATH", str(tmp_path))                      # no nvidia-smi
+    monkeypatch.setitem(sys.modules, "tensorflow", _fake_tensorflow(3))
+    for visible, count in [("0,2", 2), ("1", 1), ("0,-1,1", 1), ("-1", 0), ("GPU-5d1c, GPU-77aa", 2)]:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        assert get_num_gpu() == count, visible
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")                # empty: not a list
+    assert get_num_gpu() == 3                                      # TensorFlow's
+    _fake_nvidia_smi(tmp_path, "echo 'GPU 0: A100 (UUID: GPU-1)'; echo 'GPU 1: A100 (UUID: GPU-2)'\n")
+    assert get_num_gpu() == 2
+    _fake_nvidia_smi(tmp_path, "echo 'NVIDIA-SMI has failed'; exit 9\n")
+    assert get_num_gpu() == 3
+    monkeypatch.setitem(sys.modules, "tensorflow", None)          # no TensorFlow either
+    assert get_num_gpu() == 0
+    monkeypatch.setitem(sys.modules, "tensorflow", _fake_tensorflow(0, built_with_cuda=False))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with caplog.at_level("WARNING"):
+        assert get_num_gpu() == 1
+    assert "built without CUDA and cannot use GPUs" in caplog.text
+    with change_gpu(-1):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "" and get_num_gpu() == 0
+    with change_gpu("2,3"):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
