@@ -84,7 +84,8 @@ def test_importing_them_imports_neither_tensorflow_nor_opencv():
     import sys
 
     code = ("import sys; import inputpipe.utils.argtools, inputpipe.utils.timer, inputpipe.utils.fs, "
-            "inputpipe.utils.stats, inputpipe.utils.develop, inputpipe.utils.concurrency; "
+            "inputpipe.utils.stats, inputpipe.utils.develop, inputpipe.utils.concurrency, inputpipe.utils.gpu, "
+            "inputpipe.utils.viz, inputpipe.utils.palette, inputpipe.utils.logger, inputpipe.utils.utils; "
             "print(sorted(m for m in ('tensorflow', 'cv2') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
