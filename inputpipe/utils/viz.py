@@ -25,6 +25,7 @@ import numpy as np
 from .argtools import shape2d
 from .develop import create_dummy_func  # noqa: F401  (tensorpack's utils.viz has these)
 from .fs import mkdir_p  # noqa: F401
+from .optional import import_cv2
 
 __all__ = ["interactive_imshow", "stack_patches", "gen_stack_patches", "dump_dataflow_images", "intensity_to_rgb",
            "draw_boxes"]
@@ -34,15 +35,6 @@ WINDOW_NAME = "inputpipe_viz_window"
 #: Colour (BGR) of boxes and label backgrounds when none is given.
 DEFAULT_BOX_COLOR = (15, 128, 15)
 Color = Union[int, Sequence[int]]
-
-
-def _cv2(what: str) -> Any:
-    try:
-        import cv2
-    except ImportError as err:
-        raise ImportError("{} needs OpenCV, which cannot be imported ({}); install it with: "
-                          'pip install "inputpipe[image]"'.format(what, err)) from None
-    return cv2
 
 
 def interactive_imshow(img: np.ndarray, lclick_cb: Optional[Callable[[np.ndarray, int, int], Any]] = None,
@@ -56,7 +48,7 @@ def interactive_imshow(img: np.ndarray, lclick_cb: Optional[Callable[[np.ndarray
 
         interactive_imshow(image, key_cb_n=lambda img: print("next"))
     """
-    cv2 = _cv2("interactive_imshow")
+    cv2 = import_cv2("interactive_imshow")
     while True:
         try:
             cv2.imshow(WINDOW_NAME, img)
@@ -250,7 +242,7 @@ def dump_dataflow_images(df: Any, index: int = 0, batched: bool = True, number: 
 
         dump_dataflow_images(BatchData(df, 16), index=0, number=64, output_dir="peek")
     """
-    cv2 = _cv2("dump_dataflow_images")
+    cv2 = import_cv2("dump_dataflow_images")
     if number < 1:
         raise ValueError("dump_dataflow_images: number must be >= 1, got {!r}".format(number))
     if output_dir:
@@ -319,7 +311,7 @@ def draw_text(img: np.ndarray, pos: Tuple[float, float], text: str, color: Seque
 
         labelled = draw_text(image, (12, 40), "person 0.93", color=(0, 128, 255))
     """
-    cv2 = _cv2("draw_text")
+    cv2 = import_cv2("draw_text")
     img = np.array(img, dtype=np.uint8)
     font = cv2.FONT_HERSHEY_SIMPLEX
     (text_w, text_h), _ = cv2.getTextSize(text, font, font_scale, 1)
@@ -341,7 +333,7 @@ def draw_boxes(im: np.ndarray, boxes: Any, labels: Optional[Sequence[str]] = Non
 
         shown = draw_boxes(image, [[10, 20, 110, 90]], labels=["dog"])
     """
-    cv2 = _cv2("draw_boxes")
+    cv2 = import_cv2("draw_boxes")
     given = np.asarray(boxes, dtype=np.float64)
     if given.size and not (given.shape == (4,) or (given.ndim == 2 and given.shape[1] == 4)):
         raise ValueError("draw_boxes: expected boxes as N x 4 rows of x1, y1, x2, y2, got shape {}".format(given.shape))

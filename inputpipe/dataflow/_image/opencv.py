@@ -1,8 +1,8 @@
 """The one place the image augmentors import OpenCV, lazily (OpenCV is the ``image`` extra).
 
 ``import inputpipe.dataflow.imgaug`` never imports ``cv2``; an augmentor or transform that needs it
-calls :func:`import_cv2` when it is built or used, and gets a one-line ImportError saying how to
-install it when it is missing. The flag constants below equal OpenCV's, so they can serve as
+calls :func:`import_cv2` (:mod:`inputpipe.utils.optional`'s, which ``utils.viz`` uses too) when it
+is built or used, and gets a one-line ImportError saying how to install it when it is missing. The flag constants below equal OpenCV's, so they can serve as
 default arguments without importing OpenCV.
 
 Example::
@@ -14,15 +14,13 @@ Example::
 :func:`apply_per_channel` runs such a call on images OpenCV does not take as they are (bool,
 float16, 32/64-bit integers, more than four channels).
 """
-from types import ModuleType
 from typing import Any, Callable
 
 import numpy as np
 
-__all__ = []
+from ...utils.optional import INSTALL_HINT, import_cv2  # noqa: F401  (the augmentors import them from here)
 
-#: What to run to get OpenCV for the augmentors.
-INSTALL_HINT = 'pip install "inputpipe[image]"'
+__all__ = []
 
 # OpenCV's interpolation flags (cv2.INTER_*) and border modes (cv2.BORDER_*), fixed by its ABI.
 INTER_NEAREST = 0
@@ -35,20 +33,6 @@ BORDER_REPLICATE = 1
 BORDER_REFLECT = 2
 BORDER_WRAP = 3
 BORDER_REFLECT_101 = 4
-
-
-def import_cv2(component: str) -> ModuleType:
-    """The ``cv2`` module, or an ImportError naming ``component`` and how to install OpenCV.
-
-    Not cached on purpose: ``import`` of a loaded module is a dictionary look-up, and tests can
-    hide OpenCV by setting ``sys.modules["cv2"] = None``.
-    """
-    try:
-        import cv2
-    except ImportError as err:
-        raise ImportError("{} needs OpenCV, which cannot be imported ({}); install it with: {}".format(
-            component, err, INSTALL_HINT)) from None
-    return cv2
 
 
 # dtypes (numpy type characters) that resize, warpAffine and GaussianBlur take with every
