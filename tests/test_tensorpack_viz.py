@@ -42,6 +42,8 @@ def test_stack_patches_lays_images_out_row_by_row_on_the_background():
         viz.stack_patches([patch(1), patch(1, (3, 3, 3))], 1, 2)
     with pytest.raises(ValueError, match="expected N images of HxW"):
         viz.stack_patches(np.zeros((2, 4, 4, 2), np.uint8), 1, 2)
+    with pytest.raises(ValueError, match=r"expected N images of HxW.*\(N >= 1\)"):
+        viz.stack_patches([], 1, 2, pad=True)
 
 
 def test_pad_centres_images_of_other_sizes_in_the_largest_cell():

@@ -180,7 +180,8 @@ def stack_patches(patch_list: Any, nr_row: int, nr_col: int, border: Optional[in
         grid = stack_patches(batch_of_images, nr_row=4, nr_col=8)
         cv2.imwrite("batch.png", grid)
     """
-    patches = _as_patch_array(_padded(patch_list, bgcolor) if pad else patch_list, "stack_patches")
+    patches = _as_patch_array(_padded(patch_list, bgcolor) if pad and len(patch_list) else patch_list,
+                              "stack_patches")
     grid = Canvas(patches.shape[1], patches.shape[2], nr_row, nr_col, patches.shape[3], border, bgcolor)
     canvas = grid.draw_patches(patches)
     if viz or lclick_cb is not None:
