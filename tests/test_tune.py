@@ -103,7 +103,8 @@ def assert_valid_map_choice(choice, cpu_budget, result=None):
     if kind == "processes":
         assert choice.after in ("MultiProcessMapData", "MultiProcessMapAndBatchData"), choice
         # (the queue model's count for the measured share: one per CPU for work that never waits)
-        most = model._processes_for(math.inf, 1.0, max(choice.cpu_share, 1e-3), cpu_budget)
+        most = model._processes_for(math.inf, 1.0, max(choice.cpu_share, 1e-3), cpu_budget,
+                                    model.most_processes(cpu_budget))
         assert auto or 1 <= choice.workers <= most, (most, choice)
     elif kind == "threads":
         assert choice.after == "MultiThreadMapData", choice

@@ -128,8 +128,23 @@ def test_processes_are_as_many_as_reach_the_rate_the_cpus_allow_in_the_queue_mod
         chain, costs = a_chain(), costs_of(work=3 + wait, cpu=3, gil=3, move=SMALL)
         choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
         (counts[wait],) = [forms[0].workers for _, forms in choice.rated if forms[0].kind == PROCESSES]
-    # (the shares alone would give 2, 3, 4, 6, 10, 16; 30 ms of waiting is held by the 8 per CPU)
-    assert counts == {0: 2, 1: 4, 3: 7, 6: 9, 12: 14, 30: 15}
+    # (the shares alone would give 2, 3, 4, 6, 10, 16; 30 ms of waiting is held by the 8 per CPU:
+    # of the machine's CPUs, not of the 1.99 the source leaves the stage, which held it at 15)
+    assert counts == {0: 2, 1: 4, 3: 7, 6: 9, 12: 14, 30: 16}
+
+
+def test_the_cap_on_processes_is_8_per_cpu_of_the_machine_whatever_the_rest_of_the_chain_takes():
+    """8 ms of waiting and 1 ms of Python (bench_autotune's map): the queue model wants more
+    processes than 8 per CPU, so the cap decides; a consumer-side cost (here a slow source) that
+    leaves the stage 1.8 CPUs does not lower it to 14, as it did when the cap was taken from
+    those 1.8 (the grid's best on 2 CPUs is 16, which "auto" reaches too)."""
+    for source in (SOURCE, 0.1 * MS):
+        chain, costs = a_chain(), costs_of(work=9, cpu=1, gil=1, move=SMALL)
+        costs.source = costs.source_cpu = source
+        choice = model.choose(chain, costs, cpus=2, consumer_rate=None)
+        (form,) = choice.forms
+        assert (form.kind, form.workers) == (PROCESSES, model.most_processes(2)) == (PROCESSES, 16), source
+    assert model.most_processes(0.5) == 8 and model.most_processes(1.9) == 15 and model.most_processes(64) == 64
 
 
 @pytest.mark.parametrize("workers,wait,cpu,cpus,rate", [

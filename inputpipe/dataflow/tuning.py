@@ -336,8 +336,8 @@ def _limit_detail(estimate: model.Estimate, costs: model.Costs, cpus: int) -> st
         return "the consumer: it takes {:.1f} datapoints/s (consumer_rate); the pipeline could give more.".format(rate)
     if estimate.limit == model.LIMIT_WORKERS:
         stage = estimate.limit_key[len("workers of "):]
-        return ("the workers of {}: {:.1f}/s with the most workers the tuner gives a stage ({} threads, "
-                "{} processes)".format(stage, rate, model.MAX_THREADS, model.MAX_PROCESSES))
+        return ("the workers of {}: {:.1f}/s with the most workers the tuner gives a stage ({} threads, {} "
+                "processes on {})".format(stage, rate, model.MAX_THREADS, model.most_processes(cpus), _cpus_text(cpus)))
     load = sum(parts.values())
     heaviest = max(parts, key=lambda p: parts[p])
     share = parts[heaviest] / load if load > 0 else 0.0

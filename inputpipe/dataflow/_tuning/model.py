@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...utils.compat import prod
-from ...utils.resources import closed_loop_rate, workers_for_rate
+from ...utils.resources import MIN_CPU_SHARE, closed_loop_rate, workers_for_rate
 from .chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Borrowed, Chain, Form, TimedFunc, Unit
 from .transport import Transport
 
@@ -44,6 +44,9 @@ MAP_STEP_SECONDS = 1e-6
 #: Threads of one map at most (more thrash on the GIL for little gain).
 MAX_THREADS = 32
 MAX_PROCESSES = 64
+#: Worker processes of one stage per CPU at most (processes that wait outnumber the CPUs; each is
+#: charged at least ``MIN_CPU_SHARE`` of a CPU, as in "auto").
+PROCESSES_PER_CPU = int(round(1 / MIN_CPU_SHARE))
 #: Workers chosen for about this much more than the target rate (a margin for jitter).
 HEADROOM = 1.1
 #: Processes are sized for this share of the rate the CPUs allow them when the CPUs are what
@@ -256,12 +259,18 @@ def _target(chain: Chain, costs: Costs, forms: Sequence[Form], cpus: float, cons
     return min(v for key, v in bounds.items() if not key.startswith("workers of "))
 
 
-def _processes_for(rate: float, work: float, worker_cpu: float, cpus: float) -> int:
-    """The fewest worker processes that deliver ``rate`` results/s with :data:`HEADROOM`
-    (:data:`QUEUE_GOAL` of the most they can when the CPUs cannot do that) by
+def most_processes(cpus: float) -> int:
+    """The most worker processes the tuner gives one stage on ``cpus`` CPUs (the machine's or the
+    budget's, not the share the rest of the chain leaves): 8 per CPU, at most :data:`MAX_PROCESSES`,
+    as many as "auto" may grow to (``Autoscale.limit``)."""
+    return min(MAX_PROCESSES, int(PROCESSES_PER_CPU * max(1.0, cpus)))
+
+
+def _processes_for(rate: float, work: float, worker_cpu: float, cpus: float, most: int) -> int:
+    """The fewest worker processes (at most ``most``) that deliver ``rate`` results/s with
+    :data:`HEADROOM` (:data:`QUEUE_GOAL` of the most they can when the CPUs cannot do that) by
     :func:`closed_loop_rate` on ``cpus`` CPUs (a CPU share of :data:`CPU_BOUND_SHARE` or more: as
-    CPU-bound work); at most :data:`MAX_PROCESSES` and 8 per CPU."""
-    most = min(MAX_PROCESSES, int(8 * max(1.0, cpus)))
+    CPU-bound work)."""
     if worker_cpu >= CPU_BOUND_SHARE * work:
         worker_cpu = work
     goal = min(rate * HEADROOM, QUEUE_GOAL * closed_loop_rate(most, work - worker_cpu, worker_cpu, cpus))
@@ -287,7 +296,7 @@ def size_workers(chain: Chain, costs: Costs, forms: List[Form], cpus: float, con
             # the CPUs left to this stage when the chain runs at the target
             mine = max(cpus - min(target, 1e9) * max(0.0, cpu_total - worker_cpu), 0.5 * cpus * worker_cpu / max(
                 cpu_total, 1e-12))
-            form.workers = _processes_for(min(target, 1e9), work, worker_cpu, mine)
+            form.workers = _processes_for(min(target, 1e9), work, worker_cpu, mine, most_processes(cpus))
         else:
             form.workers = 1
 
