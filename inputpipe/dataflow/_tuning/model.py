@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...utils.compat import prod
-from ...utils.resources import MIN_CPU_SHARE, closed_loop_rate, workers_for_rate
+from ...utils.resources import closed_loop_rate, workers_for_rate
+from .._parallel.autoscale_settings import WORKERS_PER_CPU
 from .chain import BATCH, PROCESSES, SERIAL, THREADS, WORK, Borrowed, Chain, Form, TimedFunc, Unit
 from .transport import Transport
 
@@ -44,9 +45,6 @@ MAP_STEP_SECONDS = 1e-6
 #: Threads of one map at most (more thrash on the GIL for little gain).
 MAX_THREADS = 32
 MAX_PROCESSES = 64
-#: Worker processes of one stage per CPU at most (processes that wait outnumber the CPUs; each is
-#: charged at least ``MIN_CPU_SHARE`` of a CPU, as in "auto").
-PROCESSES_PER_CPU = int(round(1 / MIN_CPU_SHARE))
 #: Workers chosen for about this much more than the target rate (a margin for jitter).
 HEADROOM = 1.1
 #: Processes are sized for this share of the rate the CPUs allow them when the CPUs are what
@@ -261,9 +259,9 @@ def _target(chain: Chain, costs: Costs, forms: Sequence[Form], cpus: float, cons
 
 def most_processes(cpus: float) -> int:
     """The most worker processes the tuner gives one stage on ``cpus`` CPUs (the machine's or the
-    budget's, not the share the rest of the chain leaves): 8 per CPU, at most :data:`MAX_PROCESSES`,
-    as many as "auto" may grow to (``Autoscale.limit``)."""
-    return min(MAX_PROCESSES, int(PROCESSES_PER_CPU * max(1.0, cpus)))
+    budget's, not the share the rest of the chain leaves): ``WORKERS_PER_CPU`` (8) per CPU, at most
+    :data:`MAX_PROCESSES`, as many as "auto" may grow to (``Autoscale.limit``)."""
+    return min(MAX_PROCESSES, int(WORKERS_PER_CPU * max(1.0, cpus)))
 
 
 def _processes_for(rate: float, work: float, worker_cpu: float, cpus: float, most: int) -> int:
