@@ -44,6 +44,8 @@ def test_stack_patches_lays_images_out_row_by_row_on_the_background():
         viz.stack_patches(np.zeros((2, 4, 4, 2), np.uint8), 1, 2)
     with pytest.raises(ValueError, match=r"expected N images of HxW.*\(N >= 1\)"):
         viz.stack_patches([], 1, 2, pad=True)
+    with pytest.raises(ValueError, match=r"expected N images of HxW.*\(N >= 1\)"):
+        viz.stack_patches(iter([]), 1, 2, pad=True)
 
 
 def test_pad_centres_images_of_other_sizes_in_the_largest_cell():
@@ -52,6 +54,10 @@ def test_pad_centres_images_of_other_sizes_in_the_largest_cell():
     assert grid.shape == (4, 6, 3)
     assert grid[:, :3, 0].tolist() == [[7, 7, 7], [50, 50, 7], [50, 50, 7], [7, 7, 7]]
     assert (grid[:, 3:] == 90).all()
+    # any iterable of images, as before the empty list had its own message
+    again = viz.stack_patches((p for p in [np.full((2, 2), 50, np.uint8), patch(90, (4, 3, 3))]), 1, 2, pad=True,
+                              bgcolor=7, border=0)
+    assert np.array_equal(again, grid)
 
 
 def test_gen_stack_patches_yields_pages_and_a_partly_filled_last_one():

@@ -109,6 +109,8 @@ def _padded(patches: Sequence[np.ndarray], bgcolor: Color) -> np.ndarray:
         if patch.ndim == 2:
             patch = patch[..., np.newaxis]
         images.append(np.repeat(patch, 3, axis=2) if patch.shape[2] == 1 else patch)
+    if not images:                          # (refused by the caller with the count it expects)
+        return np.empty((0, 0, 0, 3), np.uint8)
     height = max(p.shape[0] for p in images)
     width = max(p.shape[1] for p in images)
     out = np.empty((len(images), height, width, 3), dtype=images[0].dtype)
@@ -180,8 +182,7 @@ def stack_patches(patch_list: Any, nr_row: int, nr_col: int, border: Optional[in
         grid = stack_patches(batch_of_images, nr_row=4, nr_col=8)
         cv2.imwrite("batch.png", grid)
     """
-    patches = _as_patch_array(_padded(patch_list, bgcolor) if pad and len(patch_list) else patch_list,
-                              "stack_patches")
+    patches = _as_patch_array(_padded(patch_list, bgcolor) if pad else patch_list, "stack_patches")
     grid = Canvas(patches.shape[1], patches.shape[2], nr_row, nr_col, patches.shape[3], border, bgcolor)
     canvas = grid.draw_patches(patches)
     if viz or lclick_cb is not None:

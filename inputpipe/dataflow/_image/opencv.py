@@ -2,8 +2,9 @@
 
 ``import inputpipe.dataflow.imgaug`` never imports ``cv2``; an augmentor or transform that needs it
 calls :func:`import_cv2` (:mod:`inputpipe.utils.optional`'s, which ``utils.viz`` uses too) when it
-is built or used, and gets a one-line ImportError saying how to install it when it is missing. The flag constants below equal OpenCV's, so they can serve as
-default arguments without importing OpenCV.
+is built or used, and gets a one-line ImportError saying how to install it when it is missing. The
+flag constants below equal OpenCV's, so they can serve as default arguments without importing
+OpenCV.
 
 Example::
 
