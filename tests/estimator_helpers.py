@@ -8,10 +8,10 @@ import tensorflow as tf
 from inputpipe.dataflow.base import DataFlow
 
 
-def train_session(est_input, steps, checkpoint_dir=None, save_steps=None, hooks=True):
+def train_session(est_input, steps, checkpoint_dir=None, save_steps=None, hooks=True, seen=None):
     """Build a new graph, call ``input_fn(mode="train")`` and run ``steps`` steps; returns the ids
-    the steps consumed (one list per step)."""
-    seen = []
+    the steps consumed (one list per step), appended to ``seen`` as they come when it is given."""
+    seen = [] if seen is None else seen
     with tf.Graph().as_default():
         with tf.device("/cpu:0"):
             features, labels = est_input.input_fn(mode="train")

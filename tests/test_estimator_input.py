@@ -2,6 +2,7 @@
 call: see estimator_helpers.py): training continues across calls exactly once, evaluation reads one
 whole pass per call, checkpoints continue after a restart, and misuse gets a clear error."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -245,6 +246,44 @@ def test_a_failing_dataflow_fails_the_step_with_its_own_error_type():
         with pytest.raises(KeyError, match="no file for id 23"):
             train_session(train, 5)
     assert flat(seen) == list(range(10))
+
+
+@pytest.mark.parametrize("queue", ["QueueInput", "BatchQueueInput"])
+@pytest.mark.parametrize("nr_stage", [0, 1, 2])
+def test_a_failure_that_comes_while_a_step_waits_fails_that_call_after_every_batch_before_it(nr_stage, queue):
+    def load(dp):
+        if dp[0] == 23:
+            time.sleep(0.5)               # the steps wait for the next batch when the failure comes
+            raise KeyError("no file for id 23")
+        return dp
+    flow = MapData(single_ids(100), load)
+    data = BatchQueueInput(flow, 5) if queue == "BatchQueueInput" else BatchData(flow, 5)
+    with EstimatorInput(data, SPECS, labels="id", nr_stage=nr_stage) as train:
+        seen = []
+        with pytest.raises(KeyError, match="no file for id 23"):
+            train_session(train, 10, seen=seen)      # a failure must not end train() as if done
+        assert flat(seen) == list(range(20))
+        again = []
+        with pytest.raises(KeyError, match="no file for id 23"):
+            train_session(train, 10, seen=again)     # and it stays failed
+    # A step that raised the failure itself ends the session without its hooks' end(): what the
+    # call handed out is handed out again (Estimator saved no checkpoint of those steps either);
+    # a step whose dequeue met the closed queue (OutOfRangeError) ends it with end(), which
+    # reports the 4 batches consumed (after the checkpoint hook saved them).
+    assert flat(again) in ([], list(range(20)))
+
+
+@pytest.mark.parametrize("nr_stage", [0, 1])
+def test_an_evaluation_whose_data_fails_midway_raises_instead_of_ending_short(nr_stage):
+    def load(dp):
+        if dp[0] == 13:
+            time.sleep(0.5)
+            raise KeyError("no file for id 13")
+        return dp
+    flow = BatchData(MapData(single_ids(30), load), 5, remainder=True)
+    with EstimatorInput(flow, SPECS, labels="id", nr_stage=nr_stage, evaluation=True) as evaluation:
+        with pytest.raises(KeyError, match="no file for id 13"):
+            evaluate_session(evaluation)
 
 
 def test_a_mismatching_datapoint_is_named_with_the_input():

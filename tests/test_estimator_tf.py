@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -11,7 +12,7 @@ import psutil
 import pytest
 import tensorflow as tf
 
-from inputpipe.dataflow import BatchData, DataFromList, MultiProcessMapData
+from inputpipe.dataflow import BatchData, DataFromList, MapData, MultiProcessMapData
 from inputpipe.estimator import EstimatorInput
 
 estimator_module = getattr(tf, "estimator", None)
@@ -117,6 +118,24 @@ def test_forgotten_hooks_fail_with_a_message(tmp_path, estimator_writers):
                         labels="id") as train:
         with pytest.raises(tf.errors.InvalidArgumentError, match="its hooks did not run"):
             estimator.train(train.input_fn, steps=2)
+
+
+@pytest.mark.parametrize("nr_stage", [0, 1, 2])
+def test_a_dataflow_failing_while_a_step_waits_fails_train_after_every_batch_before_it(tmp_path, estimator_writers,
+                                                                                      nr_stage):
+    def load(i):
+        if i == 23:
+            time.sleep(0.5)              # the steps wait for the next batch when the failure comes
+            raise KeyError("no file for id 23")
+        return with_x(i)
+    log = []
+    config = tf.estimator.RunConfig(model_dir=str(tmp_path), log_step_count_steps=10 ** 6)
+    estimator = tf.estimator.Estimator(recording_model(log), config=config)
+    flow = BatchData(MapData(DataFromList(list(range(100)), shuffle=False), load), 5)
+    with EstimatorInput(flow, SPECS, labels="id", nr_stage=nr_stage) as train:
+        with pytest.raises(KeyError, match="no file for id 23"):
+            estimator.train(train.input_fn, steps=10, hooks=train.hooks)     # not a return as if done
+    assert [i for mode, ids in log if mode == "train" for i in ids] == list(range(20))
 
 
 def _children_of(pid):

@@ -13,7 +13,7 @@ import tensorflow as tf
 from inputpipe.dataflow import BatchData, MultiProcessMapData, MultiProcessRunnerZMQ
 from inputpipe.dataflow.remote import send_dataflow_zmq
 from inputpipe.input_source import (
-    FeedInput, InputSourceError, InputStats, QueueInput, StagingInput, TFDatasetInput, ZMQInput, hooked_session,
+    BatchQueueInput, FeedInput, InputSourceError, InputStats, QueueInput, StagingInput, TFDatasetInput, ZMQInput, hooked_session,
 )
 
 from input_source_helpers import BATCH_SPECS, SPECS, Counting, Fixed, build, expected_x
@@ -207,6 +207,47 @@ def test_staging_trains_on_the_batches_before_a_bad_datapoint(nr_stage, inner):
                     got.append(int(run(label)))
     assert got == list(range(good)), "steps before the bad batch must train on the good ones"
     assert "(4,)" in str(info.value)
+
+
+class LateFailure(Counting):
+    """Yields ``good`` datapoints, then raises after ``pause`` seconds: the failure comes while
+    the steps wait for the next batch (the dequeue of a restage already claimed, if any)."""
+
+    def __init__(self, good, pause):
+        super().__init__(good)
+        self.pause = pause
+
+    def __iter__(self):
+        yield from super().__iter__()
+        time.sleep(self.pause)
+        raise KeyError("no file for datapoint {}".format(self.n))
+
+
+LATE_SOURCES = {
+    "QueueInput": lambda df: QueueInput(df),
+    "QueueInput(finite)": lambda df: QueueInput(df, infinite=False),
+    "BatchQueueInput": lambda df: BatchQueueInput(df, 2),
+    "FeedInput": lambda df: FeedInput(df),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("inner", sorted(LATE_SOURCES))
+@pytest.mark.parametrize("nr_stage", [0, 1, 2, 3])
+def test_a_failure_that_comes_while_the_step_waits_loses_no_batch_before_it(nr_stage, inner):
+    good = 6
+    wrapped = LATE_SOURCES[inner](LateFailure(good, pause=0.5))
+    source = wrapped if nr_stage == 0 else StagingInput(wrapped, nr_stage=nr_stage, device="/cpu:0")
+    graph, (x, label) = build(source, BATCH_SPECS if inner == "BatchQueueInput" else SPECS)
+    got = []
+    with graph.as_default():
+        with pytest.raises(KeyError, match="no file for datapoint 6") as info:
+            with tf.compat.v1.train.MonitoredSession(hooks=source.get_hooks()) as sess:
+                for _ in range(good + 3):
+                    got.append(sess.run(label).tolist())
+    assert isinstance(info.value, InputSourceError)
+    expected = [[0, 1], [2, 3], [4, 5]] if inner == "BatchQueueInput" else list(range(good))
+    assert got == expected, "every batch before the failure reaches a step, then the failure is raised"
 
 
 # -- B6: dict datapoints are matched by name, not position --------------------------------------------

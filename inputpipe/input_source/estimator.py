@@ -88,6 +88,7 @@ class _Built:
         self.stream = stream
         self.hooks: List[tf.compat.v1.train.SessionRunHook] = []
         self.fetched: List[bool] = []
+        self.in_flight = False      # a run the source's hooks took part in has not come back (it raised)
 
 
 class EstimatorInput:

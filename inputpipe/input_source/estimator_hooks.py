@@ -43,6 +43,7 @@ class EstimatorInputHook(tf.compat.v1.train.SessionRunHook):
         if built is None:
             return
         built.hooks = built.source.get_hooks()
+        built.in_flight = False
         for hook in built.hooks:
             hook.begin()
 
@@ -78,12 +79,14 @@ class EstimatorInputHook(tf.compat.v1.train.SessionRunHook):
                 options.MergeFrom(args.options)
         if not fetches and not feeds and options is None:
             return None
+        built.in_flight = True
         return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds or None, options=options)
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         built = self._built(run_context.session.graph)
         if built is None:
             return
+        built.in_flight = False
         results = iter(run_values.results or [])
         for hook, fetched in zip(built.hooks, built.fetched or [False] * len(built.hooks)):
             values = tf.compat.v1.train.SessionRunValues(
@@ -99,12 +102,12 @@ class EstimatorInputHook(tf.compat.v1.train.SessionRunHook):
         try:
             _end_all(built.hooks, session)
         except InputSourceError as err:
-            if built.stream is None or built.source.failure() is None:
-                raise
-            # The data failed beyond what the steps consumed (no step met it, or the step had
-            # raised and end() would not run): the stream keeps the failure, and the step of a
-            # later call that reaches it raises it. Raising here would skip the hooks after this
-            # one, among them the checkpoint Estimator saves at the end of train().
+            if built.stream is None or built.source.failure() is None or built.in_flight:
+                raise        # the session's last step met the failure (its run ended with OutOfRangeError)
+            # The data failed beyond what the steps consumed (no step met it): the stream keeps
+            # the failure, and the step of a later call that reaches it raises it. Raising here
+            # would skip the hooks after this one, among them the checkpoint Estimator saves at
+            # the end of train().
             logger.info("%s: %s; the step that reaches it will raise it", self._owner, err)
         finally:
             if built.stream is not None:

@@ -294,20 +294,19 @@ class QueueInput(FeedfreeInput):
 
     def _claim_batch(self, timeout: float) -> Optional[bool]:
         """Count the datapoints the feeding thread enqueued against those already claimed, so a
-        claimed dequeue never meets the closed end of the queue. With ``infinite=True`` a
-        healthy source claims at once (the dequeue waits inside the step, overlapping it); once
-        the feeding thread failed, only what it enqueued before can be claimed (False after
-        that: the wrapper uses what it holds, then raises the failure)."""
+        claimed dequeue never meets the closed end of the queue, also with ``infinite=True``: a
+        claim made before the datapoints are queued would let a failure of the DataFlow that
+        comes while the step waits in the dequeue fail that step, and the batch it unstages
+        with it. Once the feeding thread failed, only what it enqueued before can be claimed
+        (False after that: the wrapper uses what it holds, then raises the failure). The wait
+        for a batch not queued yet is in Python, ``timeout`` at a time (None: ask again), which
+        costs no overlap: the step that restages batch k+1 starts once it is queued, and its
+        compute on batch k overlaps the making of batch k+2."""
         thread = self._thread
         if thread is None:
             raise InputSourceError("{}: the source is not running (no session started it, or it was "
                                    "closed)".format(self.name))
         unit = self._claim_unit()
-        if self.infinite and self._failure is None and thread.is_alive():
-            if not self._first_datapoint_enqueued(thread, timeout):
-                return None              # asked again: the wrapper waits in Python, not in the dequeue
-            self._claimed += unit
-            return True
         deadline = time.monotonic() + timeout
         with thread.progress:
             while True:
