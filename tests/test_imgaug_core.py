@@ -459,6 +459,18 @@ def test_random_crop_random_shape_reaches_the_bottom_right():
     assert (5, 5) in seen and {(h, w) for h in (2, 3, 4, 5) for w in (2, 3, 4, 5)} == seen
 
 
+def test_googlenet_crop_windows_reach_the_bottom_right_edge():
+    # tensorpack draws the corner from [0, w - ww) (none when equal): never the last row/column offset
+    aug = _seeded(imgaug.GoogleNetRandomCropAndResize(crop_area_fraction=(0.5, 0.6), aspect_ratio_range=(1., 1.),
+                                                     target_shape=4), 5)
+    img = np.zeros((6, 6))
+    windows = [aug.get_transform(img).tfms[0] for _ in range(3000)]
+    ends = {(t.y0 + t.h, t.x0 + t.w) for t in windows}
+    assert {(t.h, t.w) for t in windows} == {(4, 4), (5, 5)}         # sqrt(0.5..0.6 * 36) rounded
+    assert (6, 6) in ends and {(y, x) for y in (4, 5, 6) for x in (4, 5, 6)} == ends
+    assert {(t.y0, t.x0) for t in windows if t.h == 4} == {(y, x) for y in range(3) for x in range(3)}
+
+
 def test_random_paste_reaches_every_position_including_a_canvas_of_the_same_size():
     aug = _seeded(imgaug.RandomPaste((4, 5), imgaug.ConstantBackgroundFiller(9)), 4)
     img = np.zeros((2, 2), np.uint8)

@@ -165,10 +165,14 @@ def single_process_training_epoch(root, crop, encoded=False):
 CROPS = {"builtin": lambda: None, "old_api": GoogleNetResize, "new_api": GoogleNetResizeNewAPI}
 
 # What tensorpack 0.11 yields for single_process_training_epoch (run this file with its interpreter).
+# OpenCV picks its kernels by the CPU's vector instructions, and they do not all round alike
+# (cv2.setUseOptimized(False) changes all three digests): the built-in crop's were recorded from
+# tensorpack on the host the fixtures were first made on (the first) and on an AVX2-only AMD EPYC
+# (the second, the same with OpenCV 4.10, 4.11, 4.14 and 5.1, numpy 2.3 and 2.4).
 EXPECTED = {
-    'builtin': 'c78c1b9a9ca01f9a118b',
-    'new_api': 'bade7746d578ffff93f9',
-    'old_api': 'bade7746d578ffff93f9',
+    'builtin': ('c78c1b9a9ca01f9a118b', 'e79768362e2f225e86f5'),
+    'new_api': ('bade7746d578ffff93f9',),
+    'old_api': ('bade7746d578ffff93f9',),
 }
 
 
@@ -187,7 +191,7 @@ def test_training_augmentation_matches_tensorpack(tmp_path, crop):
     assert len(got) == 8
     assert [dp[1] for dp in got] == [1, 0, 2, 0] * 2
     assert all(dp[0].shape == (IMAGE_SIZE, IMAGE_SIZE, 3) for dp in got)
-    assert fingerprint(got) == EXPECTED[crop]
+    assert fingerprint(got) in EXPECTED[crop]
 
 
 @pytest.mark.parametrize("crop", ["builtin", "old_api"])

@@ -11,12 +11,14 @@ neither takes nor stages a batch.
 
 Finite data loses nothing: the hook counts the staged batches in Python and adds the stage op
 to a step only when the wrapped source has *claimed* a batch for it (``_claim_batch``: the
-batch is queued, or, for a source that cannot fail or end, surely coming). At the end of the data the steps only unstage, and once
-nothing is staged the hook raises ``tf.errors.OutOfRangeError`` itself, before the run, so no
-failing dequeue ever throws away a batch unstaged in the same run. A source that cannot claim
-ahead (``TFDatasetInput``: tf.data learns of its end only by reading) instead builds towers
-that, past the end, stage filler flagged ``real = False`` (``Tower.real``, fetched with the
-stage op): the hook counts only real batches and stops restaging after the first filler.
+batch is queued, or, for a source that cannot fail or end, surely coming). At the end of the
+data the steps only unstage, and once nothing is staged the hook raises
+``tf.errors.OutOfRangeError`` itself, before the run, so no failing dequeue ever throws away a
+batch unstaged in the same run; after a failure of the source, likewise, the step that finds
+nothing staged raises the failure. A source that cannot claim ahead (``TFDatasetInput``:
+tf.data learns of its end only by reading) instead builds towers that, past the end, stage
+filler flagged ``real = False`` (``Tower.real``, fetched with the stage op): the hook counts
+only real batches and stops restaging after the first filler.
 
 Example::
 
