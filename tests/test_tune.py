@@ -205,7 +205,10 @@ def test_cpu_work_beside_cpu_hogs_is_measured_as_cpu_work():
             hog.kill()
             hog.wait(10)
     choice = result.stage("MapData(busy_4ms)")
-    assert choice.cpu_share >= 0.9, choice
+    # the wait for a CPU is estimated from the whole process' run-queue time, sampled every 20 ms:
+    # 0.99-1.0 beside the two hogs alone, 0.86 beside them and three more suites on 2 CPUs; a map
+    # that waits for I/O half of its time measures about 0.5 (a sleeping one, under 0.2)
+    assert choice.cpu_share >= 0.75, choice
     assert_valid_map_choice(choice, 2, result)
     assert choice.unit != "processes" or choice.workers <= 2, choice
 
