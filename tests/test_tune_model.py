@@ -393,9 +393,10 @@ def test_the_probe_tells_python_work_from_a_sleep():
     assert MARKER.probing is False and MARKER.running is None
     assert naps.gil_share() is not None and loops.gil_share() is not None
     # (other Python threads of the process, e.g. pytest-xdist's, may hold the GIL during a nap
-    # on a busy machine: a sleep reads a little, never near a loop; its thread preempted while it
-    # holds the GIL it took back after the sleep had read 0.59 beside three other suites)
-    assert naps.gil_share() < 0.35 and loops.gil_share() > naps.gil_share() + 0.4
+    # on a busy machine, and its thread can be preempted while it holds the GIL it took back after
+    # the sleep: a sleep reads more than 0, never near a loop; it read 0.59 beside three other
+    # suites on one host, 0.46 in CI's three stacks at once on a slower one)
+    assert naps.gil_share() < 0.7 and loops.gil_share() > naps.gil_share() + 0.3
     assert naps.clock.calls == loops.clock.calls == 0      # nothing timed while the probe was at work
 
 
