@@ -3,7 +3,9 @@ import re
 
 import pytest
 
-from test_example import error_lines, run_example
+from test_example import TEST_TIMEOUT, assert_trained, error_lines, run_example
+
+pytestmark = pytest.mark.timeout(TEST_TIMEOUT)
 
 HEADER = ["input", "images/s", "steps/s", "ms/step", "input wait ms/step", "input wait %", "speed-up over feed"]
 
@@ -57,13 +59,17 @@ def test_compare_two_inputs_prints_one_consistent_table(tmp_path):
 
 @pytest.mark.slow
 def test_default_run_ends_with_the_comparison(tmp_path):
-    """The main command trains, prints its summary, then compares (here: tiny, with --fake data)."""
-    proc = run_example(tmp_path, "--fake", "--compare-steps", "2", "--extra-cost-ms", "1", compare=True)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    """The main command trains, prints its summary, then compares (here: tiny, with --fake data
+    and the feed input)."""
+    proc = run_example(tmp_path, "--fake", "--input", "feed", "--compare-steps", "2", "--extra-cost-ms", "1",
+                       compare=True)
+    assert_trained(proc, "feed", reads_files=False, compared=True)
     out = proc.stdout
+    assert "in-memory random tensors (--fake)" in out
+    assert not (tmp_path / "cache").exists()
     assert "  compare      feed, queue, staging, dummy: 2 timed steps each, +1 ms per image (--extra-cost-ms) " \
            "(--no-compare skips it)" in out
-    assert out.index("summary (staging input;") < out.index("comparing the inputs feed, queue, staging, dummy "
+    assert out.index("summary (feed input;") < out.index("comparing the inputs feed, queue, staging, dummy "
                                                             "(--no-compare skips this) ...")
     assert "data work: fake batches, +1 ms per image (--extra-cost-ms), in the thread that reads the DataFlow " \
            "(--workers 0)" in out
