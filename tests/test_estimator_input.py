@@ -15,7 +15,7 @@ from inputpipe.input_source import (
     BatchQueueInput, InputSourceError, QueueInput, StagingInput, TFDatasetInput, ZMQInput,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)
 
 
 def single_ids(n):
@@ -324,7 +324,7 @@ def test_a_script_that_never_closes_its_inputs_leaves_no_process_behind(tmp_path
         "train_session(train, 2)",
         "print(' '.join(str(p) for p in flow.ds.worker_pids), flush=True)",
     ]))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     pids = [int(p) for p in proc.stdout.split()]
     assert len(pids) == 2

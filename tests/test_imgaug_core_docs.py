@@ -17,7 +17,7 @@ def test_image_augmentation_page_code_runs():
     blocks = [code for marker, code in found if not marker]      # a block marked "not run" needs a dataset
     assert len(blocks) == 12 and len(found) == 13
     proc = subprocess.run([sys.executable, "-c", "\n".join(blocks)], cwd=str(REPO), capture_output=True,
-                          text=True, timeout=90)
+                          text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 

@@ -16,7 +16,7 @@ from inputpipe.input_source import QueueInput, StagingInput, hooked_session
 
 from input_source_helpers import feeding_threads
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)
 
 
 def _train_and_save(tmp_path, wrap):
@@ -75,7 +75,7 @@ def test_the_training_graph_restores_for_inference_in_a_process_without_inputpip
     expected = (np.array([[1.0, 2.0]], np.float32) @ trained).ravel().tolist()
     assert trained.ravel().tolist() == [2.5, 2.5]
     done = subprocess.run([sys.executable, "-c", _LOADER, checkpoint, export, x_name, y_name], capture_output=True,
-                          text=True, timeout=90, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+                          text=True, timeout=240, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert done.returncode == 0, done.stderr[-3000:]
     results = [line for line in done.stdout.splitlines() if line.startswith("RESULT")]
     assert results == ["RESULT {} {} False".format(kind, expected) for kind in ("meta", "new_saver", "saved_model")], \
