@@ -7,7 +7,6 @@ import time
 import psutil
 import pytest
 
-import bytecode_cache
 # pytest-timeout's timer around setup and teardown too (pytest.ini times the call phase)
 from timeout_phases import pytest_runtest_setup, pytest_runtest_teardown  # noqa: F401
 
@@ -37,17 +36,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # own handler is put back here, so children start with SIGINT at its default.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def pytest_configure(config):
-    """In the session's first process (not in a pytest-xdist worker): the bytecode cache that the
-    workers and every process they start read (tests/bytecode_cache.py)."""
-    if not hasattr(config, "workerinput"):
-        config.inputpipe_bytecode_cache = bytecode_cache.start()
-
-
-def pytest_unconfigure(config):
-    bytecode_cache.stop(getattr(config, "inputpipe_bytecode_cache", None))
 
 
 def pytest_collection_modifyitems(items):
