@@ -20,7 +20,7 @@ def test_the_python_blocks_of_getting_started_run_as_written(tmp_path):
     script.write_text("\n".join(blocks), encoding="utf-8")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO), TMPDIR=str(tmp_path))
     proc = subprocess.run([sys.executable, str(script)], cwd=str(REPO), env=env, capture_output=True, text=True,
-                          timeout=300)      # a hang guard: about 35 s alone, several times that under load
+                          timeout=300)      # a hang guard: about 16 s alone, several times that under load
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert re.search(r"^20 steps in \S+ s; the 15 after 5 warm-up steps: \S+ steps/s \(\S+ ms/step\), \S+ "
                      r"samples/s; waited", proc.stdout, re.M), proc.stdout
