@@ -223,6 +223,7 @@ def test_work_that_waits_grows_only_as_far_as_the_memory_budget():
     assert watch.peak <= 120 * MB, (watch.peak / MB, history)
     # its claim is within the budget too, except at one worker: a worker forked from a large
     # parent (a test process that loaded TensorFlow) accounts for its share of the pages they
-    # still share, which can be more than the whole budget (then the stage stays at one)
+    # still share, which can be more than the whole budget (then the stage stays at one, or maps in
+    # the consumer's thread, its one worker parked)
     assert max(n for n, _ in history) < 8, history
-    assert claimed <= 120 * MB or df.num_workers == 1, (claimed / MB, history)
+    assert claimed <= 120 * MB or df.num_workers <= 1, (claimed / MB, history)

@@ -132,7 +132,10 @@ def test_fifty_megabyte_datapoints_stay_within_a_300_mb_budget_from_the_start():
             history = [(c.workers, c.reason) for c in df.worker_count_history()]
     assert watch.samples > 20
     assert 50 * MB < watch.peak <= 300 * MB, (watch.peak / MB, history)
-    assert history == [(1, "start (auto)")]
+    # it never grows; the only moves are to the consumer's thread and back (its results cost more
+    # to move than to make: 40% of a worker's time goes to sending 50 MB), whose workers stay parked
+    assert history[0] == (1, "start (auto)")
+    assert all(n <= 1 and reason.startswith("inline: ") for n, reason in history[1:]), history
     # its own accounting counts at least the result in flight; it is an upper bound, and may pass
     # the budget (a result a worker has written and the consumer not yet mapped is in the worker's
     # own pages and in the results in flight), which only keeps the stage from growing

@@ -1,5 +1,6 @@
 """0 workers: a parallel map's consumer thread maps the datapoints itself (``set_num_workers(0)``,
-``Autoscale(min_workers=0)``), and the controller's rules for moving there and back."""
+``Autoscale(min_workers=0)``, an ``"auto"`` process map's controller), and the controller's rules
+for moving there and back."""
 import collections
 import os
 import random
@@ -260,7 +261,7 @@ def test_stages_without_a_map_refuse_min_workers_0(make):
 def test_autoscale_takes_min_workers_0_and_still_starts_with_a_worker():
     assert Autoscale(min_workers=0).start_count("processes") >= 1
     assert "min_workers=0" in repr(Autoscale(min_workers=0))
-    with pytest.raises(ValueError, match=r"Autoscale: min_workers must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"Autoscale: min_workers must be an int >= 0 or None, got -1"):
         Autoscale(min_workers=-1)
     with pytest.raises(ValueError, match=r"Autoscale: start must be an int >= 1 or None, got 0"):
         Autoscale(start=0)
@@ -358,9 +359,11 @@ def megabyte(dp):
     return [dp[0], np.full(1 << 20, dp[0] % 251, np.uint8)]
 
 
-def test_an_auto_map_with_min_workers_0_keeps_its_guarantees_when_its_controller_tries_0():
+@pytest.mark.parametrize("least", [{"min_workers": 0}, {}], ids=["min_workers=0", "default"])
+def test_an_auto_map_keeps_its_guarantees_when_its_controller_tries_0(least):
     # a cheap map of 1 MiB results: the controller's own rules try 0 workers once the count held
-    df = MultiProcessMapData(Indexed(2000), Autoscale(interval=0.01, settle_intervals=0, min_workers=0, cpu_budget=2),
+    # (a process map's default allows it, as min_workers=0 does)
+    df = MultiProcessMapData(Indexed(2000), Autoscale(interval=0.01, settle_intervals=0, cpu_budget=2, **least),
                              megabyte, strict=True, ordered=True, buffer_size="auto")
     df.reset_state()
     with df:
@@ -378,8 +381,36 @@ def test_an_auto_map_with_min_workers_0_keeps_its_guarantees_when_its_controller
     assert df.worker_stats()[0]["send_seconds"] > 0
 
 
-def test_a_thread_map_never_tries_0_by_itself():
-    df = MultiThreadMapData(Indexed(1500), Autoscale(interval=0.005, settle_intervals=0, min_workers=0, cpu_budget=2),
+def test_min_workers_1_keeps_a_process_map_in_its_workers():
+    df = MultiProcessMapData(Indexed(1500), Autoscale(interval=0.005, settle_intervals=0, min_workers=1, cpu_budget=2),
+                             megabyte, strict=True, ordered=True, buffer_size="auto")
+    df.reset_state()
+    with df:
+        assert df._controller._inline is None
+        for _ in range(2):
+            assert [dp[0] for dp in df] == list(range(1500))
+        assert df._controller.decisions > 20
+    assert min(c.workers for c in df.worker_count_history()) >= 1
+
+
+def test_the_default_least_count_is_1_and_0_only_through_a_process_maps_moves():
+    default = Autoscale()
+    assert default.min_workers is None and default.least() == 1 and "min_workers=None" in repr(default)
+    assert default.may_map_inline("processes") and not default.may_map_inline("threads")
+    assert not default.may_map_inline("actors")
+    assert not Autoscale(min_workers=1).may_map_inline("processes")
+    assert Autoscale(min_workers=0).may_map_inline("threads") and Autoscale(min_workers=0).least() == 0
+    assert Autoscale(min_workers=2).least() == 2
+    with pytest.raises(ValueError, match=r"Autoscale: max_workers \(1\) is below min_workers \(2\)"):
+        Autoscale(min_workers=2, max_workers=1)
+    # the runners and Ray stages, which cannot map in their consumer's thread, take the default
+    runner = MultiProcessRunnerZMQ(Indexed(10), "auto")
+    assert runner.autoscaled
+
+
+@pytest.mark.parametrize("least", [{"min_workers": 0}, {}], ids=["min_workers=0", "default"])
+def test_a_thread_map_never_tries_0_by_itself(least):
+    df = MultiThreadMapData(Indexed(1500), Autoscale(interval=0.005, settle_intervals=0, cpu_budget=2, **least),
                             megabyte, strict=True, ordered=True, buffer_size="auto")
     df.reset_state()
     with df:

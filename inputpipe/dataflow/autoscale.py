@@ -29,9 +29,11 @@ up to well over the budget, the stage shrinks. The workers' own memory (``/proc`
 results in flight stay under the memory budget. An explicit number pins a stage; a pinned or an
 auto stage can also be set by hand with ``set_num_workers(n)``. Changing the count keeps every
 guarantee of the stage: each datapoint once, the order of ordered maps, resumable state and
-the same output for any number of workers. A parallel map given ``Autoscale(min_workers=0)``
-may also run with 0 workers, its consumer's thread mapping, when that delivers more
-(:mod:`._parallel.inline_policy`, :mod:`._parallel.inline_map`).
+the same output for any number of workers. A process map (by default) and any parallel map
+given ``Autoscale(min_workers=0)`` may also run with 0 workers, its consumer's thread mapping,
+when its results cost more to move than to make and that delivers more
+(:mod:`._parallel.inline_policy`, :mod:`._parallel.inline_map`); ``Autoscale(min_workers=1)``
+keeps ``map_func`` in the workers.
 
 Example::
 
@@ -186,8 +188,10 @@ class Controller:
         self._idle_grown_share: Optional[float] = None   # the share when it last grew on idle CPUs
         self._growing_on_idle = False            # the change being made grows past the shares
         self._last_change_on_idle = False        # ... and the last change did
-        #: The moves to and from 0 workers (a map with ``min_workers=0``), else None.
-        self._inline = InlinePolicy() if settings.min_workers == 0 and getattr(stage, "_maps_inline", False) else None
+        #: The moves to and from 0 workers (a process map, or a map with ``min_workers=0``), else None.
+        self._inline = InlinePolicy() if settings.may_map_inline(kind) and getattr(stage, "_maps_inline", False) \
+            else None
+        self._inline_move = False                # the decision being made is one of ``_inline``'s
         self._base = self._sample()
         self._share_base = self._base             # the sample the CPU share is measured from
         self.due = self._base[0] + settings.interval
@@ -299,6 +303,7 @@ class Controller:
         self._rebase(self._sample() if target is not None and target != m.workers else sample)
 
     def _decide(self, m: Measurement) -> Tuple[Optional[int], str]:
+        self._inline_move = False
         if self.settings.policy is not None:
             return self.settings.policy(m), "policy"
         n = m.workers
@@ -312,6 +317,7 @@ class Controller:
             move = self._inline.decide(m, self.stage, self.decisions, self._rate_at_count(),
                                        settled=len(self._at_count) >= BEFORE_INTERVALS)
             if move is not None:
+                self._inline_move = True
                 return move
         if m.wait_share >= self._grow_wait() and m.busy_share >= GROW_BUSY:
             step = 1
@@ -382,12 +388,13 @@ class Controller:
     def _within_budget(self, m: Measurement, target: int, reason: str) -> Tuple[int, str]:
         """``target`` lowered to the range, the blocked counts and the CPU and memory budgets."""
         n, settings = m.workers, self.settings
+        least = 0 if self._inline_move else settings.least()     # (only the moves of ``_inline`` go to 0 by default)
         self._growing_on_idle = False
         if self._ceiling is not None and self.decisions < self._ceiling[1] and target >= self._ceiling[0] > n:
             target = self._ceiling[0] - 1
         if self._floor is not None and self.decisions < self._floor[1] and target < self._floor[0] <= n:
             target = self._floor[0]
-        target = max(settings.min_workers, min(target, settings.limit(self.kind)))
+        target = max(least, min(target, settings.limit(self.kind)))
         capacity = self.stage._worker_capacity()
         if capacity is not None:
             target = min(target, max(n, capacity))
@@ -404,17 +411,17 @@ class Controller:
             # processes that wait: as many as keep the CPUs busy (their waits do not line up)
             allowed = max(allowed, resources.workers_to_fill(room, self._share or 1.0, FILL_GOAL, settings.limit(self.kind)))
         idle_growth = self.kind != "actors" and system_budget and m.idle_cpus is not None
-        if idle_growth and n > max(allowed, settings.min_workers) and self._idle_grown_share is not None and \
+        if idle_growth and n > max(allowed, least) and self._idle_grown_share is not None and \
                 (self._share or 1.0) < IDLE_SHARE_ROSE * self._idle_grown_share:
             allowed = n                                # grown on idle CPUs; its work did not change
-        if self.kind != "actors" and n > max(allowed, settings.min_workers) and \
+        if self.kind != "actors" and n > max(allowed, least) and \
                 self._charge(n) > OVER_BUDGET * max(room, 0.0):
             # the work turned CPU-bound: its workers' shares add up to well over the budget
             self._idle_grown_share = None
-            target = max(allowed, settings.min_workers, n // 2)
+            target = max(allowed, least, n // 2)
             return target, "shrink: CPU budget: {} workers at a CPU share of {:.0%} take {:.1f} of {} CPUs".format(
                 n, self._share or 1.0, self._charge(n), _cpus(room))
-        if target > max(allowed, settings.min_workers):
+        if target > max(allowed, least):
             per_worker = self._charge(1)
             if idle_growth and m.idle_cpus is not None and m.idle_cpus >= IDLE_GROWTH * per_worker:
                 fits = max(1, int(math.floor(m.idle_cpus / per_worker + 0.5)))
@@ -422,8 +429,8 @@ class Controller:
                 self._idle_grown_share = self._share or 1.0
                 self._growing_on_idle = True
                 reason = "{} ({:.1f} CPUs idle)".format(reason, m.idle_cpus)
-            if target > max(allowed, settings.min_workers):
-                target = max(allowed, settings.min_workers, min(n, target))
+            if target > max(allowed, least):
+                target = max(allowed, least, min(n, target))
                 reason = "{} (CPU budget {}{})".format(reason, _cpus(room), "" if self._share is None else
                                                       ", a worker's CPU share {:.0%}".format(self._share))
         budget = settings.memory()
@@ -441,7 +448,8 @@ class Controller:
                 mine, per_worker = self.stage._scaling_memory(True)
                 self.claimed_memory = mine
             total = mine + other_memory
-            if total > budget and n > settings.min_workers:
+            # (not to 0 workers: the parked workers keep their memory)
+            if total > budget and n > max(1, least):
                 return n - 1, "shrink: memory {} MB of a {} MB budget".format(total >> 20, budget >> 20)
             if target > n and total + (target - n) * per_worker > room_to_grow:
                 fits = (room_to_grow - total) // per_worker if per_worker > 0 else target - n

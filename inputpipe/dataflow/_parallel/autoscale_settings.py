@@ -90,11 +90,14 @@ class Autoscale:
             three tasks of a worker); 0 decides at every datapoint (for tests).
         start: workers at start (default one under a memory budget, since the size of the
             datapoints is not known yet; else ``min(2, budget)``).
-        min_workers, max_workers: the range of the count (default 1 and the budget's).
+        min_workers, max_workers: the range of the count (default: see below, and the budget's).
             ``min_workers=0`` (the parallel maps only) lets the controller map in the consumer's
             thread when its measurements say that is faster than the workers (a cheap map whose
             results cost more to move than to make): ``map_func`` then also runs in this
-            process (see :mod:`~inputpipe.dataflow.autoscale`).
+            process (see :mod:`~inputpipe.dataflow.autoscale`). The default (None) is 1, except
+            that a process map's controller may still choose 0 on that evidence (the moves of
+            :mod:`~inputpipe.dataflow._parallel.inline_policy`); ``min_workers=1`` keeps
+            ``map_func`` out of this process.
         cpu_budget, memory_budget: a budget of this stage's own, in CPUs and bytes, instead of
             its share of the process' one (:func:`inputpipe.utils.resources.set_budget`, shared
             by every auto stage of the process).
@@ -108,13 +111,13 @@ class Autoscale:
         df = MultiThreadMapData(ds, Autoscale(interval=1.0, max_workers=16), read_file)
     """
 
-    def __init__(self, *, interval: float = 0.5, start: Optional[int] = None, min_workers: int = 1,
+    def __init__(self, *, interval: float = 0.5, start: Optional[int] = None, min_workers: Optional[int] = None,
                  max_workers: Optional[int] = None, cpu_budget: Optional[int] = None,
                  memory_budget: Optional[int] = None, policy: Optional[Callable[[Measurement], Optional[int]]] = None,
                  settle_intervals: int = 1):
         if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not interval >= 0:
             raise ValueError("Autoscale: interval must be a number of seconds >= 0, got {!r}".format(interval))
-        for name, value, optional in (("start", start, True), ("min_workers", min_workers, False),
+        for name, value, optional in (("start", start, True), ("min_workers", min_workers, True),
                                       ("max_workers", max_workers, True), ("cpu_budget", cpu_budget, True),
                                       ("memory_budget", memory_budget, True)):
             least = 0 if name == "min_workers" else 1
@@ -122,7 +125,7 @@ class Autoscale:
                                                      value < least):
                 raise ValueError("Autoscale: {} must be an int >= {}{}, got {!r}".format(
                     name, least, " or None" if optional else "", value))
-        if max_workers is not None and max_workers < min_workers:
+        if max_workers is not None and max_workers < (1 if min_workers is None else min_workers):
             raise ValueError("Autoscale: max_workers ({}) is below min_workers ({})".format(max_workers, min_workers))
         if policy is not None and not callable(policy):
             raise TypeError("Autoscale: policy must be callable, got {!r}".format(policy))
@@ -130,6 +133,7 @@ class Autoscale:
             raise ValueError("Autoscale: settle_intervals must be an int >= 0, got {!r}".format(settle_intervals))
         self.interval = float(interval)
         self.start = start
+        #: The least count, as given (None: the default, see :meth:`least` and :meth:`may_map_inline`).
         self.min_workers = min_workers
         self.max_workers = max_workers
         self.cpu_budget = cpu_budget
@@ -142,6 +146,17 @@ class Autoscale:
     def __repr__(self) -> str:
         return "Autoscale(interval={}, start={}, min_workers={}, max_workers={})".format(
             self.interval, self.start, self.min_workers, self.max_workers)
+
+    def least(self) -> int:
+        """The least count the controller's own rules choose: ``min_workers``, 1 by default."""
+        return 1 if self.min_workers is None else self.min_workers
+
+    def may_map_inline(self, kind: str) -> bool:
+        """Whether the controller of a stage of workers of ``kind`` that can map in its consumer's
+        thread moves to 0 workers when that delivers more: with ``min_workers=0``, and by default
+        for worker processes (threads send nothing a move to 0 would save; ``min_workers=1``
+        keeps ``map_func`` in the workers)."""
+        return self.min_workers == 0 or (self.min_workers is None and kind == "processes")
 
     def cpus(self) -> int:
         """The CPU budget: this stage's, else :func:`~inputpipe.utils.resources.set_budget`'s,
@@ -184,7 +199,7 @@ class Autoscale:
         else:
             free = self.cpus() - (claimed_cpus if kind != "actors" else 0.0)
             count = min(START_WORKERS, int(math.floor(free + 1e-9)))
-        return max(1, self.min_workers, min(count, self.limit(kind)))
+        return max(1, self.least(), min(count, self.limit(kind)))
 
 
 def worker_count(component: str, name: str, value: Any) -> Union[int, Autoscale]:

@@ -1,4 +1,5 @@
-"""When an ``Autoscale(min_workers=0)`` map maps in the consumer's thread (0 workers).
+"""When an ``"auto"`` process map (or a map given ``Autoscale(min_workers=0)``) maps in the
+consumer's thread (0 workers).
 
 Moving a result between processes costs a copy in the worker and a message to the consumer;
 for a cheap map of large results (a 2 MiB array made in 0.3 ms) that costs more than the map,
