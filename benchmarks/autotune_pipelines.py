@@ -149,8 +149,8 @@ def build_chain(pipeline, config, report_path=None):
             func = FUNCTIONS[name]
             options = {"ordered": True, "strict": True} if spec.get("ordered") else {}
             if config["kind"] == "auto":
-                # "inline": the stages may also map in the consumer's thread (0 workers)
-                count = Autoscale(min_workers=0) if config.get("inline") else "auto"
+                # "keep_workers": the stages never map in the consumer's thread (0 workers)
+                count = Autoscale(min_workers=1) if config.get("keep_workers") else "auto"
                 options["buffer_size"] = "auto"
                 kind = THREADS if kind == THREADS else PROCS
             if kind == SERIAL:

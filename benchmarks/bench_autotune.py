@@ -70,8 +70,9 @@ from autotune_pipelines import PIPELINES, RESULT_PREFIX, label, run_child  # noq
 from autotune_work import spin  # noqa: E402
 
 ROLES = ("hand", "auto", "grid best", "tune()", "tf.data AUTOTUNE")
-#: ``--inline``: "auto" that may map in the consumer's thread.
-INLINE_ROLE = "auto, min_workers=0"
+#: ``--keep-workers``: "auto" that never maps in the consumer's thread (what the default's move to
+#: 0 workers gains).
+KEPT_ROLE = "auto, min_workers=1"
 
 # ----------------------------------------------------------------------------------- the driver
 
@@ -142,7 +143,7 @@ def kill_all(pids):
 
 def measure(pipeline, config, args, calibration, warmup=None):
     """One run in a fresh subprocess (its own session, killed whole on a timeout)."""
-    auto_like = config["kind"] in ("auto", "tf.data")    # (with "inline" too)
+    auto_like = config["kind"] in ("auto", "tf.data")    # (with "keep_workers" too)
     spec = {"pipeline": pipeline, "config": config, "calibration": calibration, "seconds": args.seconds,
             "phase_seconds": args.phase_seconds,
             "warmup": warmup if warmup is not None else (args.auto_warmup if auto_like else args.warmup),
@@ -244,8 +245,8 @@ def search(pipeline, args, calibration):
     tuned = measure(pipeline, {"kind": "tune"}, args, calibration)
     print("tune  {:<26} {}".format(pipeline, tuned.get("error") or tuned["label"]), flush=True)
     roles = {"hand": {"kind": "pinned", "stages": spec["hand"]}, "auto": {"kind": "auto", "label": "auto"}}
-    if args.inline:
-        roles[INLINE_ROLE] = {"kind": "auto", "inline": True, "label": INLINE_ROLE}
+    if args.keep_workers:
+        roles[KEPT_ROLE] = {"kind": "auto", "keep_workers": True, "label": KEPT_ROLE}
     if best is not None:
         roles["grid best"] = best["config"]
     if "error" not in tuned:
@@ -314,14 +315,14 @@ def summarize(pipeline, roles, runs, errors, entry, check_ns):
                                         (per_role.get("grid best") or {}).get("median_step_ms")),
         "consumer_work_auto_vs_hand": ratio(per_role["auto"]["median_consumer_work_ms"],
                                             per_role["hand"]["median_consumer_work_ms"]),
-        "inline_auto_vs_grid_best": ratio(median.get(INLINE_ROLE), median.get("grid best")),
-        "inline_auto_vs_auto": ratio(median.get(INLINE_ROLE), median["auto"])}
+        "kept_workers_vs_grid_best": ratio(median.get(KEPT_ROLE), median.get("grid best")),
+        "auto_vs_kept_workers": ratio(median["auto"], median.get(KEPT_ROLE))}
     # the same ratios round by round (the two runs of a round are minutes apart, where the host's
     # speed, which moves by a third over a run, moves less), then their median
     entry["paired_ratios"] = paired = {
         "auto_vs_grid_best": paired_ratio(per_role.get("auto"), per_role.get("grid best")),
         "tune_vs_grid_best": paired_ratio(per_role.get("tune()"), per_role.get("grid best")),
-        "inline_auto_vs_grid_best": paired_ratio(per_role.get(INLINE_ROLE), per_role.get("grid best"))}
+        "kept_workers_vs_grid_best": paired_ratio(per_role.get(KEPT_ROLE), per_role.get("grid best"))}
     cells = []
     for role in ROLES:
         info = per_role.get(role)
@@ -376,7 +377,7 @@ def phase_rows(pipeline, per_role, entry):
             if rates:
                 medians[role] = (statistics.median(rates), min(rates), max(rates), info["setting"])
         phase_best = "best in phase {} ({})".format(k + 1, name)
-        best_fixed = max((v for role, v in medians.items() if role not in ("auto", INLINE_ROLE, "tune()", "tf.data AUTOTUNE")),
+        best_fixed = max((v for role, v in medians.items() if role not in ("auto", KEPT_ROLE, "tune()", "tf.data AUTOTUNE")),
                          key=lambda v: v[0], default=None)
         entry["phases"][name + " #{}".format(k + 1)] = {
             "medians": {role: v[0] for role, v in medians.items()},
@@ -404,8 +405,8 @@ def main():
                         help="seconds of each phase of the pipeline whose cost changes (the window is all of them)")
     parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=list(PIPELINES))
     parser.add_argument("--no-tfdata", action="store_true", help="skip tf.data")
-    parser.add_argument("--inline", action="store_true",
-                        help='also run "auto" with Autoscale(min_workers=0) (0 workers: the consumer\'s thread maps)')
+    parser.add_argument("--keep-workers", action="store_true",
+                        help='also run "auto" with Autoscale(min_workers=1), which never maps in the consumer\'s thread')
     parser.add_argument("--quick", action="store_true", help="one round of short runs, two grid points: every path")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -453,19 +454,19 @@ def main():
           "(CPUs busy outside the benchmark): {}".format(
               args.repeats, "min {min:.2f}, median {median:.2f}, max {max:.2f}".format(
                   **report["others_cpus_during_runs"]) if loads else "-"))
-    inline_rows = [[pipeline, "{:.0f} ({})".format(info["median_datapoints_per_s"],
+    kept_rows = [[pipeline, "{:.0f} ({})".format(info["median_datapoints_per_s"],
                                                    spread(info["spread_datapoints_per_s"] or [])),
                     history_text(info["runs"][-1]["stages"][0]) if info["runs"] and info["runs"][-1]["stages"] else "-",
-                    with_paired(entry["ratios"]["inline_auto_vs_grid_best"],
-                                entry["paired_ratios"]["inline_auto_vs_grid_best"]),
-                    fmt_ratio(entry["ratios"]["inline_auto_vs_auto"])]
+                    with_paired(entry["ratios"]["kept_workers_vs_grid_best"],
+                                entry["paired_ratios"]["kept_workers_vs_grid_best"]),
+                    fmt_ratio(entry["ratios"]["auto_vs_kept_workers"])]
                    for pipeline in args.pipelines
                    for entry in [report["pipelines"][pipeline]]
-                   for info in [entry["roles"].get(INLINE_ROLE)] if info and info["median_datapoints_per_s"]]
-    if inline_rows:
-        print('\n"auto" with Autoscale(min_workers=0) (0 workers: the consumer\'s thread maps), dp/s median (min-max):')
-        print(tabulate(inline_rows, headers=["pipeline", INLINE_ROLE, "workers over time (last round, first stage)",
-                                             "/ grid best (round by round)", "/ auto"],
+                   for info in [entry["roles"].get(KEPT_ROLE)] if info and info["median_datapoints_per_s"]]
+    if kept_rows:
+        print('\n"auto" with Autoscale(min_workers=1) (never 0 workers), dp/s median (min-max):')
+        print(tabulate(kept_rows, headers=["pipeline", KEPT_ROLE, "workers over time (last round, first stage)",
+                                           "/ grid best (round by round)", "auto / it"],
                        tablefmt="github"))
     if phase_table:
         print("\nPer phase of the pipeline whose cost changes (dp/s, median (min-max)); best fixed: the best of "

@@ -350,9 +350,19 @@ def test_at_0_workers_a_task_whose_cost_changed_brings_the_workers_back():
     policy.decide(measured(3, 2000), stage, 0, 2000)
     policy.decide(measured(0, 2500, task_ms=0.4), stage, 1, None)
     assert policy.decide(measured(0, 2500, task_ms=0.4), stage, 2, None) == (0, "")
-    count, reason = policy.decide(measured(0, 900, task_ms=1.1), stage, 3, None)
+    assert policy.decide(measured(0, 900, task_ms=1.1), stage, 3, None) == (0, "")     # one interval: noise?
+    count, reason = policy.decide(measured(0, 900, task_ms=1.1), stage, 4, None)
     assert count == 3 and reason.startswith("inline: the work changed: a task takes 1.10 ms in the consumer's "
                                             "thread, 0.40 ms before: 3 workers again")
+
+
+def test_at_0_workers_a_cost_that_falls_or_rises_for_one_interval_keeps_0():
+    policy, stage = InlinePolicy(), FakeStage(parked=2)
+    policy.decide(measured(2, 2000), stage, 0, 2000)
+    policy.decide(measured(0, 2200, task_ms=0.46), stage, 1, None)          # kept
+    for decision, cost in enumerate([0.46, 0.30, 0.30, 0.29, 0.9, 0.31, 0.9, 0.3], start=2):
+        # (the usual cost follows it down; a single slow interval does not bring the workers back)
+        assert policy.decide(measured(0, 3000, task_ms=cost), stage, decision, None) == (0, ""), decision
 
 
 def megabyte(dp):

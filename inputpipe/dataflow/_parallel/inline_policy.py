@@ -20,8 +20,10 @@ as alone), so the controller tries 0 workers, when
 and measures: a rate below the one before is undone at once, and 0 stays out of reach for a
 while that doubles with each undo (:data:`BACKOFF_INTERVALS`, 20 intervals then 40, ... up to
 :data:`BACKOFF_MOST`), so failed trials cost less and less. At 0 workers it tries the workers
-again after such a while, or at once when a task's cost moved by :data:`WORK_CHANGED` (a
-phase of the work); they are kept when they deliver :data:`WORKERS_GAIN` more than the
+again after such a while, or at once when a task's cost in the consumer's thread rose by
+:data:`WORK_CHANGED` over its usual cost (a phase of dearer work) in :data:`RISE_INTERVALS`
+intervals in a row (one slow interval is the machine's noise; a cost that falls keeps 0: the
+workers would move the same results for less work); they are kept when they deliver :data:`WORKERS_GAIN` more than the
 consumer's thread did.
 
 Example::
@@ -34,7 +36,7 @@ from typing import Any, Optional, Tuple
 from .autoscale_settings import WORK_CHANGED, rate_text
 
 __all__ = ["InlinePolicy", "INLINE_GAIN", "LEAST_SEND_SHARE", "MOST_RESULTS_A_TASK", "BACKOFF_INTERVALS",
-           "BACKOFF_MOST"]
+           "BACKOFF_MOST", "RISE_INTERVALS"]
 
 #: 0 workers is tried while the workers spend at least this share of their busy time sending ...
 LEAST_SEND_SHARE = 0.2
@@ -48,6 +50,10 @@ WORKERS_GAIN = 0.02
 #: tried again at 0 workers; doubled at each undo, at most :data:`BACKOFF_MOST`.
 BACKOFF_INTERVALS = 20
 BACKOFF_MOST = 640
+
+#: Intervals in a row at 0 workers whose task cost rose by :data:`WORK_CHANGED` before the workers
+#: come back for it.
+RISE_INTERVALS = 2
 
 #: Reasons of the moves start with this (the controller does not judge them as its own changes).
 REASON = "inline"
@@ -67,7 +73,8 @@ class InlinePolicy:
         self._not_before = 0                          # the decision from which 0 may be considered
         self._workers_not_before = 0                  # ... at 0 workers, from which workers are tried
         self._trial: Optional[Tuple[str, float, int]] = None   # ("in" | "out", rate before it, count before)
-        self._task_seconds: Optional[float] = None    # of a task in the consumer's thread, at 0 workers
+        self._task_seconds: Optional[float] = None    # a task's usual cost in the consumer's thread, at 0 workers
+        self._rises = 0                               # intervals in a row it rose by WORK_CHANGED
 
     def decide(self, m: Any, stage: Any, decisions: int, rate_before: Optional[float],
                settled: bool = True) -> Optional[Tuple[int, str]]:
@@ -118,15 +125,19 @@ class InlinePolicy:
 
     def _at_zero(self, m: Any, stage: Any, decisions: int) -> Tuple[int, str]:
         count = max(1, stage._parked_workers())
-        cost = m.task_seconds
-        before = self._task_seconds
-        if cost and before and not 1 / WORK_CHANGED < cost / before < WORK_CHANGED:
-            self._task_seconds = None
+        cost, usual = m.task_seconds, self._task_seconds
+        if cost and usual and cost > WORK_CHANGED * usual:
+            self._rises += 1
+            if self._rises < RISE_INTERVALS:
+                return 0, ""
+            self._task_seconds, self._rises = None, 0
             return count, "{}: the work changed: a task takes {:.2f} ms in the consumer's thread, {:.2f} ms " \
-                          "before: {} workers again".format(REASON, 1e3 * cost, 1e3 * before, count)
-        if self._task_seconds is None:
-            self._task_seconds = cost
+                          "before: {} workers again".format(REASON, 1e3 * cost, 1e3 * usual, count)
+        self._rises = 0
+        if cost:
+            self._task_seconds = cost if usual is None else 0.5 * (usual + cost)
         if decisions >= self._workers_not_before:
+            self._task_seconds = None
             self._trial = ("out", m.delivered_per_s, 0)
             return count, "{}: try {} workers again (the consumer's thread delivers {}/s)".format(
                 REASON, count, rate_text(m.delivered_per_s))
