@@ -2,8 +2,10 @@
 ``Autoscale(min_workers=0)``, an ``"auto"`` process map's controller), and the controller's rules
 for moving there and back."""
 import collections
+import ctypes
 import os
 import random
+import re
 import time
 
 import numpy as np
@@ -17,7 +19,7 @@ from inputpipe.dataflow._parallel.autoscale_settings import Measurement
 from inputpipe.dataflow._parallel.inline_map import INLINE_WORKER, as_sent_by_a_process, global_rngs_kept
 from inputpipe.dataflow._parallel.inline_policy import BACKOFF_INTERVALS, InlinePolicy
 from inputpipe.dataflow.autoscale import Autoscale
-from inputpipe.utils import serialize
+from inputpipe.utils import seeding as utils_seeding, serialize
 from inputpipe.utils.errors import WorkerError
 from dataflow_helpers import Indexed
 
@@ -128,6 +130,132 @@ def test_the_consumer_maps_with_each_datapoints_seeds_and_leaves_its_own_global_
         seeding.set_global_seed(None)
     assert got == want and df._inline.items >= 30
     assert len({dp[1] for dp in got}) > 30                # the draws differ from datapoint to datapoint
+
+
+CALLS = collections.Counter()
+
+
+def draws_sometimes(dp):
+    """Draws from the global generators for a few datapoints only: numpy's uniform at 17, one
+    normal at 23 (which a cached Gaussian would serve without touching numpy's words), Python's
+    at 31; counts its calls (at 0 workers they happen in this process)."""
+    CALLS[dp[0]] += 1
+    if dp[0] == 17:
+        return [dp[0], float(np.random.rand())]
+    if dp[0] == 23:
+        return [dp[0], float(np.random.randn())]
+    if dp[0] == 31:
+        return [dp[0], random.random()]
+    return [dp[0], dp[0] * 2]
+
+
+def seeded_run(func, count, workers, consumer_draws=None):
+    """The datapoints of ``func`` over ``range(count)`` under global seed 11 with ``workers``
+    (0: the consumer's thread), and the consumer's own draws made between them."""
+    seeding.set_global_seed(11)
+    try:
+        df = MultiProcessMapData(DataFromList([[i] for i in range(count)], shuffle=False), max(workers, 1), func,
+                                 strict=True, ordered=True, buffer_size=2)
+        df.reset_state()
+        if workers == 0:
+            df.set_num_workers(0)
+        got, own = [], []
+        with df:
+            for dp in df:
+                got.append(dp)
+                if consumer_draws is not None:
+                    own.append(consumer_draws(dp))
+        return got, own, df
+    finally:
+        seeding.set_global_seed(None)
+
+
+def test_a_map_that_draws_now_and_then_is_seeded_from_its_first_draw_on_at_0_workers():
+    want, _, _ = seeded_run(draws_sometimes, 40, 2)
+    CALLS.clear()
+    np.random.seed(3)
+    random.seed(3)
+    got, own, df = seeded_run(draws_sometimes, 40, 0, lambda dp: (np.random.randint(10 ** 9), random.random()))
+    assert got == want
+    # the first task that drew was mapped twice (unseeded, then seeded); every other once
+    assert CALLS == collections.Counter({i: 2 if i == 17 else 1 for i in range(40)})
+    assert df._global_draws.draws
+    np.random.seed(3)
+    random.seed(3)
+    assert own == [(np.random.randint(10 ** 9), random.random()) for _ in range(40)]
+
+
+@pytest.mark.parametrize("first", [23, 31], ids=["numpy-normal-on-a-cached-gaussian", "python"])
+def test_a_first_draw_from_a_cached_gaussian_or_pythons_generator_is_caught(first):
+    """From ``first`` on the map draws as draws_sometimes does. At 23 the consumer holds a
+    Gaussian numpy cached when that task is mapped (it drew one normal just before): the map's
+    one normal draw would take it without changing numpy's words, so that task is seeded at once
+    and mapped once (the draw at 31 is then the first one seen, and mapped again); Python's draw
+    at 31 is seen in its words."""
+    def only_from(dp):
+        return draws_sometimes(dp) if dp[0] >= first else [dp[0], dp[0] * 2]
+
+    want, _, _ = seeded_run(only_from, 40, 2)
+    CALLS.clear()
+    np.random.seed(3)
+    cached = []
+
+    def cache_a_gaussian_before_the_normal_draw(dp):
+        if dp[0] == 22:
+            np.random.randn()                  # one of a pair: the other is cached for the consumer
+            cached.append(np.random.get_state()[3])
+
+    got, _, df = seeded_run(only_from, 40, 0, cache_a_gaussian_before_the_normal_draw if first == 23 else None)
+    assert got == want and cached == ([1] if first == 23 else [])
+    assert CALLS[first] == (1 if first == 23 else 2) and CALLS[31] == 2 and df._global_draws.draws
+    assert sum(CALLS.values()) == (40 - first) + 1          # (the tasks from first on, one of them twice)
+
+
+def draw_then_fail(dp):
+    if dp[0] == 6:
+        raise ValueError("drew {}".format(np.random.randint(10 ** 9)))
+    return dp
+
+
+def test_a_map_that_draws_then_raises_raises_what_a_seeded_worker_raises():
+    messages = []
+    for workers in (2, 0):
+        with pytest.raises(WorkerError) as caught:
+            seeded_run(draw_then_fail, 20, workers)
+        assert isinstance(caught.value, ValueError)
+        messages.append(re.search(r"drew (\d+)", str(caught.value)).group(1))
+    assert messages[0] == messages[1]
+
+
+def test_a_map_that_never_draws_leaves_the_global_generators_alone_at_0_workers(monkeypatch):
+    np.random.seed(3)
+    random.seed(3)
+    before = (np.random.get_state()[1].copy(), random.getstate())
+    reseeded = []
+    monkeypatch.setattr(utils_seeding, "_reseed_python_global", lambda seed: reseeded.append(seed))
+    got, _, df = seeded_run(with_array, 60, 0)
+    assert [int(dp[1][0, 0]) for dp in got] == list(range(60))
+    assert not reseeded and not df._global_draws.draws
+    assert (np.random.get_state()[1] == before[0]).all() and random.getstate() == before[1]
+
+
+def test_without_a_readable_gaussian_flag_every_task_is_seeded(monkeypatch):
+    monkeypatch.setattr(inline_map, "_gauss_flag_offset", lambda: None)
+    monkeypatch.setattr(inline_map, "_views_made", [])
+    want, _, _ = seeded_run(draws_sometimes, 40, 2)
+    CALLS.clear()
+    got, _, df = seeded_run(draws_sometimes, 40, 0)
+    assert got == want and df._global_draws.draws
+    assert set(CALLS.values()) == {1}
+
+
+def test_the_gaussian_flag_of_numpys_legacy_generator_is_found():
+    offset = inline_map._gauss_flag_offset()
+    assert offset is not None
+    rng = np.random.RandomState(4)
+    for draws in range(1, 6):
+        rng.standard_normal()
+        assert ctypes.c_int.from_address(id(rng) + offset).value == rng.get_state()[3] == draws % 2
 
 
 @pytest.mark.parametrize("memory", [True, False], ids=["state-memory", "get-state"])

@@ -36,7 +36,7 @@ from ..utils.logger import get_logger
 from ..utils.resources import process_anon_share, process_memory, process_schedstat, thread_schedstat
 from ..utils.workers import WorkerPool, WorkerPoolOwner
 # the scheduler lives in ._parallel.map_scheduler; tensorpack-era code imports these from here
-from ._parallel.inline_map import as_sent_by_a_process, global_rngs_kept
+from ._parallel.inline_map import GlobalDrawsWatch, as_sent_by_a_process
 from ._parallel.map_scheduler import _ParallelMapBase
 from ._parallel.map_task import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments  # noqa: F401
 from ._parallel.resizable import WorkerClocks
@@ -351,9 +351,12 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
 
     def _map_inline(self, payload: Any, ticket: List[int]) -> Any:
         # as in a worker process: the global RNGs seeded for each datapoint (the consumer's own
-        # states kept), the result through the wire format
-        with global_rngs_kept():
-            result = _apply(self.map_func, self._batch_size, payload, ticket, reseed_global=True)
+        # states kept) once map_func is seen drawing from them, the result through the wire format
+        watch = self.__dict__.get("_global_draws")
+        if watch is None:
+            watch = self._global_draws = GlobalDrawsWatch()
+        result = watch.map(lambda reseed: _apply(self.map_func, self._batch_size, payload, ticket,
+                                                 reseed_global=reseed))
         return as_sent_by_a_process(result)
 
     def _workers_memory(self, precise: bool) -> Tuple[int, int]:
