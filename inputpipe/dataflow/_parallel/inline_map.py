@@ -3,10 +3,11 @@
 A stage of :class:`~._parallel.map_scheduler._ParallelMapBase` maps in the thread that iterates
 it when it is asked for 0 workers (``set_num_workers(0)``, or the controller of an ``"auto"``
 process map or of ``Autoscale(min_workers=0)``, which chooses 0 when its measurements say that
-is faster: a cheap map whose results cost more to move between processes than to make). That thread is then a worker of rank
-:data:`INLINE`: each task is numbered and seeded as it would be in a worker, so every guarantee
-of the map holds (each datapoint once, the order of ordered maps, resumable state, the same
-datapoints for any worker count), and it maps one task at a time, just before it is due.
+is faster: a cheap map whose results cost more to move between processes than to make). That
+thread is then a worker of rank :data:`INLINE`: each task is numbered and seeded as it would be
+in a worker, so every guarantee of the map holds (each datapoint once, the order of ordered
+maps, resumable state, the same datapoints for any worker count), and it maps one task at a
+time, just before it is due.
 The worker processes or threads stay alive, parked: they answer what they held and get no new
 task until the count rises again.
 

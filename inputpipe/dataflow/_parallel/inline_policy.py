@@ -22,9 +22,9 @@ while that doubles with each undo (:data:`BACKOFF_INTERVALS`, 20 intervals then 
 :data:`BACKOFF_MOST`), so failed trials cost less and less. At 0 workers it tries the workers
 again after such a while, or at once when a task's cost in the consumer's thread rose by
 :data:`WORK_CHANGED` over its usual cost (a phase of dearer work) in :data:`RISE_INTERVALS`
-intervals in a row (one slow interval is the machine's noise; a cost that falls keeps 0: the
-workers would move the same results for less work); they are kept when they deliver :data:`WORKERS_GAIN` more than the
-consumer's thread did.
+intervals in a row (one slow interval is the machine's noise; a cost that falls keeps 0: moving
+the results would then weigh even more beside the work); they are kept when they deliver
+:data:`WORKERS_GAIN` more than the consumer's thread did.
 
 Example::
 
