@@ -464,6 +464,25 @@ def test_0_workers_is_undone_when_slower_and_tried_again_after_a_doubling_while(
     assert waits[1] - waits[0] >= BACKOFF_INTERVALS and waits[2] - waits[1] >= 2 * BACKOFF_INTERVALS
 
 
+def test_a_close_call_at_0_workers_is_judged_on_two_intervals():
+    policy, stage = InlinePolicy(), FakeStage()
+    assert policy.decide(measured(2, 2000), stage, 0, 2000)[0] == 0
+    assert policy.decide(measured(0, 1900), stage, 1, None) == (0, "")            # close: look again
+    count, reason = policy.decide(measured(0, 2300), stage, 2, None)
+    assert count == 0 and reason.startswith("inline: kept: the consumer's thread delivers 2,100/s, 2 workers "
+                                            "delivered 2,000/s")
+    policy = InlinePolicy()
+    assert policy.decide(measured(2, 2000), stage, 0, 2000)[0] == 0
+    assert policy.decide(measured(0, 1900), stage, 1, None) == (0, "")
+    count, reason = policy.decide(measured(0, 1700), stage, 2, None)
+    assert count == 2 and reason.startswith("inline: undo: the consumer's thread delivered 1,800/s, 2 workers "
+                                            "2,000/s")
+    policy = InlinePolicy()
+    assert policy.decide(measured(2, 2000), stage, 0, 2000)[0] == 0
+    count, reason = policy.decide(measured(0, 1500), stage, 1, None)             # clearly below: at once
+    assert count == 2 and reason.startswith("inline: undo")
+
+
 def test_0_workers_is_not_tried_for_long_tasks_small_results_or_a_consumer_that_is_the_bottleneck():
     policy, stage = InlinePolicy(), FakeStage()
     assert policy.decide(measured(2, 2000, send_share=0.05), stage, 5, 2000) is None     # results cheap to move

@@ -17,7 +17,8 @@ as alone), so the controller tries 0 workers, when
 - the consumer's own time per result (between taking one and asking for the next) leaves room
   for :data:`INLINE_GAIN` more results than the workers deliver;
 
-and measures: a rate below the one before is undone at once, and 0 stays out of reach for a
+and measures: a rate below the one before is undone (at once when clearly below, after a second
+interval when close: :data:`JUDGED_INTERVALS`, :data:`CLEAR_LOSS`), and 0 stays out of reach for a
 while that doubles with each undo (:data:`BACKOFF_INTERVALS`, 20 intervals then 40, ... up to
 :data:`BACKOFF_MOST`), so failed trials cost less and less. At 0 workers it tries the workers
 again after such a while, or at once when a task's cost in the consumer's thread rose by
@@ -31,12 +32,12 @@ Example::
     policy = InlinePolicy()
     move = policy.decide(measurement, stage, decisions, rate_before, settled=True)   # (count, reason) or None
 """
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from .autoscale_settings import WORK_CHANGED, rate_text
 
 __all__ = ["InlinePolicy", "INLINE_GAIN", "LEAST_SEND_SHARE", "MOST_RESULTS_A_TASK", "BACKOFF_INTERVALS",
-           "BACKOFF_MOST", "RISE_INTERVALS"]
+           "BACKOFF_MOST", "RISE_INTERVALS", "JUDGED_INTERVALS", "CLEAR_LOSS"]
 
 #: 0 workers is tried while the workers spend at least this share of their busy time sending ...
 LEAST_SEND_SHARE = 0.2
@@ -50,6 +51,13 @@ WORKERS_GAIN = 0.02
 #: tried again at 0 workers; doubled at each undo, at most :data:`BACKOFF_MOST`.
 BACKOFF_INTERVALS = 20
 BACKOFF_MOST = 640
+
+#: A trial of 0 workers is judged on up to this many intervals (their mean rate): a first interval
+#: that delivers less than the workers did, but at least :data:`CLEAR_LOSS` of it, is a close call
+#: (the move's own transient is in it) and one more is looked at ...
+JUDGED_INTERVALS = 2
+#: ... below this share of the workers' rate the trial is undone at once.
+CLEAR_LOSS = 0.8
 
 #: Intervals in a row at 0 workers whose task cost rose by :data:`WORK_CHANGED` before the workers
 #: come back for it.
@@ -75,6 +83,7 @@ class InlinePolicy:
         self._trial: Optional[Tuple[str, float, int]] = None   # ("in" | "out", rate before it, count before)
         self._task_seconds: Optional[float] = None    # a task's usual cost in the consumer's thread, at 0 workers
         self._rises = 0                               # intervals in a row it rose by WORK_CHANGED
+        self._looks: List[float] = []                 # the rates at 0 workers judged so far in a trial
 
     def decide(self, m: Any, stage: Any, decisions: int, rate_before: Optional[float],
                settled: bool = True) -> Optional[Tuple[int, str]]:
@@ -105,10 +114,15 @@ class InlinePolicy:
         self._trial = None
         rate = m.delivered_per_s
         if kind == "in" and m.workers == 0:
+            looks, self._looks = self._looks + [rate], []
+            rate = sum(looks) / len(looks)
             if rate >= rate_before:
                 self._workers_not_before = decisions + self._backoff
                 return 0, "{}: kept: the consumer's thread delivers {}/s, {} workers delivered {}/s".format(
                     REASON, rate_text(rate), count_before, rate_text(rate_before))
+            if len(looks) < JUDGED_INTERVALS and rate >= CLEAR_LOSS * rate_before:
+                self._looks, self._trial = looks, (kind, rate_before, count_before)    # a close call: look again
+                return 0, ""
             self._back_off(decisions)
             return count_before, "{}: undo: the consumer's thread delivered {}/s, {} workers {}/s".format(
                 REASON, rate_text(rate), count_before, rate_text(rate_before))
