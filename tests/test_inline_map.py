@@ -416,8 +416,9 @@ def test_closing_at_0_workers_stops_the_parked_workers():
 # ------------------------------------------------------------------------ the controller's rules
 
 class FakeStage:
-    def __init__(self, parked=2):
+    def __init__(self, parked=2, result_bytes=2 << 20):
         self.parked = parked
+        self._result_bytes = result_bytes
 
     def _parked_workers(self):
         return self.parked
@@ -490,6 +491,10 @@ def test_0_workers_is_not_tried_for_long_tasks_small_results_or_a_consumer_that_
     assert policy.decide(measured(4, 2000, task_ms=2.0), stage, 5, 2000) is None      # 4 results' time a task
     assert policy.decide(measured(2, 200, task_ms=1.0, own_ms=4.8), stage, 5, 200) is None   # the consumer: 208/s at most
     assert policy.decide(measured(2, 2000, own_ms=None), stage, 5, 2000) is None
+    for small in (None, 100, (1 << 16) - 1):       # results not measured yet, or small (a busy
+        # machine's preemptions can make the send share of small results look large)
+        assert policy.decide(measured(2, 2000, send_share=0.6), FakeStage(result_bytes=small), 5, 2000) is None
+    assert policy.decide(measured(2, 2000), FakeStage(result_bytes=1 << 16), 5, 2000)[0] == 0
 
 
 def test_at_0_workers_a_task_whose_cost_changed_brings_the_workers_back():

@@ -11,6 +11,8 @@ as alone), so the controller tries 0 workers, when
 - the workers spend at least :data:`LEAST_SEND_SHARE` of their time sending results (copying
   them into shared memory, writing their messages): only that is saved at 0 workers, so a map
   whose results are small relative to its work never tries (threads, which send nothing, neither);
+- its results have at least :data:`LEAST_RESULT_BYTES` of arrays and byte strings (measured by
+  the stage for its memory budget);
 - a worker's time per task is at most :data:`MOST_RESULTS_A_TASK` results' time (the stage runs
   about two workers' worth or less: with more, the consumer's thread alone cannot keep up, and
   a trial that fails loses at most part of an interval), and
@@ -36,11 +38,15 @@ from typing import Any, List, Optional, Tuple
 
 from .autoscale_settings import WORK_CHANGED, rate_text
 
-__all__ = ["InlinePolicy", "INLINE_GAIN", "LEAST_SEND_SHARE", "MOST_RESULTS_A_TASK", "BACKOFF_INTERVALS",
+__all__ = ["InlinePolicy", "INLINE_GAIN", "LEAST_RESULT_BYTES", "LEAST_SEND_SHARE", "MOST_RESULTS_A_TASK", "BACKOFF_INTERVALS",
            "BACKOFF_MOST", "RISE_INTERVALS", "JUDGED_INTERVALS", "CLEAR_LOSS"]
 
 #: 0 workers is tried while the workers spend at least this share of their busy time sending ...
 LEAST_SEND_SHARE = 0.2
+#: ... its results (the arrays and byte strings of one, as last sampled) have at least this many
+#: bytes (a small result costs little to move; on a busy machine a worker preempted while it
+#: sends one makes its send share look large) ...
+LEAST_RESULT_BYTES = 1 << 16
 #: ... a worker's time per task is at most this many results' time ...
 MOST_RESULTS_A_TASK = 2.5
 #: ... and the consumer's own time per result leaves room for this share more results.
@@ -102,7 +108,7 @@ class InlinePolicy:
         if not settled or decisions < self._not_before or own is None or not m.task_seconds or rate <= 0:
             return None
         if m.send_share is None or m.send_share < LEAST_SEND_SHARE or m.task_seconds > MOST_RESULTS_A_TASK / rate \
-                or own * (1 + INLINE_GAIN) * rate >= 1.0:
+                or own * (1 + INLINE_GAIN) * rate >= 1.0 or (getattr(stage, "_result_bytes", None) or 0) < LEAST_RESULT_BYTES:
             return None
         self._trial = ("in", rate_before or rate, m.workers)
         return 0, "{}: try the consumer's thread: {} workers deliver {}/s, {:.2f} ms of work a task ({:.0%} " \
