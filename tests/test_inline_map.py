@@ -482,6 +482,13 @@ def test_a_close_call_at_0_workers_is_judged_on_two_intervals():
     assert policy.decide(measured(2, 2000), stage, 0, 2000)[0] == 0
     count, reason = policy.decide(measured(0, 1500), stage, 1, None)             # clearly below: at once
     assert count == 2 and reason.startswith("inline: undo")
+    # a close call whose second interval finds the count changed by other means leaves no look
+    # behind for the next trial
+    policy = InlinePolicy()
+    assert policy.decide(measured(2, 2000), stage, 0, 2000)[0] == 0
+    assert policy.decide(measured(0, 1700), stage, 1, None) == (0, "")
+    assert policy.decide(measured(3, 2000), stage, 2, None, settled=False) is None
+    assert policy._looks == []
 
 
 def test_0_workers_is_not_tried_for_long_tasks_small_results_or_a_consumer_that_is_the_bottleneck():

@@ -38,8 +38,8 @@ from typing import Any, List, Optional, Tuple
 
 from .autoscale_settings import WORK_CHANGED, rate_text
 
-__all__ = ["InlinePolicy", "INLINE_GAIN", "LEAST_RESULT_BYTES", "LEAST_SEND_SHARE", "MOST_RESULTS_A_TASK", "BACKOFF_INTERVALS",
-           "BACKOFF_MOST", "RISE_INTERVALS", "JUDGED_INTERVALS", "CLEAR_LOSS"]
+__all__ = ["InlinePolicy", "INLINE_GAIN", "LEAST_RESULT_BYTES", "LEAST_SEND_SHARE", "MOST_RESULTS_A_TASK",
+           "BACKOFF_INTERVALS", "BACKOFF_MOST", "RISE_INTERVALS", "JUDGED_INTERVALS", "CLEAR_LOSS"]
 
 #: 0 workers is tried while the workers spend at least this share of their busy time sending ...
 LEAST_SEND_SHARE = 0.2
@@ -108,7 +108,8 @@ class InlinePolicy:
         if not settled or decisions < self._not_before or own is None or not m.task_seconds or rate <= 0:
             return None
         if m.send_share is None or m.send_share < LEAST_SEND_SHARE or m.task_seconds > MOST_RESULTS_A_TASK / rate \
-                or own * (1 + INLINE_GAIN) * rate >= 1.0 or (getattr(stage, "_result_bytes", None) or 0) < LEAST_RESULT_BYTES:
+                or own * (1 + INLINE_GAIN) * rate >= 1.0 \
+                or (getattr(stage, "_result_bytes", None) or 0) < LEAST_RESULT_BYTES:
             return None
         self._trial = ("in", rate_before or rate, m.workers)
         return 0, "{}: try the consumer's thread: {} workers deliver {}/s, {:.2f} ms of work a task ({:.0%} " \
@@ -118,9 +119,10 @@ class InlinePolicy:
     def _judge(self, m: Any, decisions: int) -> Optional[Tuple[int, str]]:
         kind, rate_before, count_before = self._trial or ("", 0.0, 0)
         self._trial = None
+        looks, self._looks = self._looks, []           # (a trial ended otherwise leaves none behind)
         rate = m.delivered_per_s
         if kind == "in" and m.workers == 0:
-            looks, self._looks = self._looks + [rate], []
+            looks = looks + [rate]
             rate = sum(looks) / len(looks)
             if rate >= rate_before:
                 self._workers_not_before = decisions + self._backoff
