@@ -239,9 +239,59 @@ def test_a_map_that_never_draws_leaves_the_global_generators_alone_at_0_workers(
     assert (np.random.get_state()[1] == before[0]).all() and random.getstate() == before[1]
 
 
+def _states():
+    return np.random.get_state(), random.getstate()
+
+
+def _same_states(a, b):
+    (numpy_a, python_a), (numpy_b, python_b) = a, b
+    return all(np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y
+               for x, y in zip(numpy_a, numpy_b)) and python_a == python_b
+
+
+CHANGES = {
+    # every draw moves a position; 624 words drawn bring it back with every word made again
+    "numpy-624-words": lambda: np.random.bytes(624 * 4),
+    "python-624-words": lambda: [random.getrandbits(32) for _ in range(624)],
+    "numpy-seeded": lambda: np.random.seed(5),
+    "python-seeded": lambda: random.seed(5),
+    "numpy-gaussian-cached": lambda: np.random.standard_normal(),
+    "python-gaussian-cached": lambda: random.gauss(0, 1),
+    "numpy-state-set": lambda: np.random.set_state(np.random.RandomState(8).get_state()),
+    "python-state-set": lambda: random.setstate(random.Random(8).getstate()),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_the_watch_sees_every_change_of_a_global_generator_and_puts_the_consumers_states_back(change):
+    """Whatever the unseeded call did to either generator, the call is made again seeded and the
+    consumer's states are those it had (it drew between the tasks: the copy kept follows it)."""
+    watch = inline_map.GlobalDrawsWatch()
+    calls = []
+
+    def apply(reseed_global):
+        calls.append(reseed_global)
+        if not reseed_global and len(calls) == 3:
+            CHANGES[change]()
+        return len(calls)
+
+    np.random.seed(3)
+    random.seed(3)
+    assert watch.map(apply) == 1 and not watch.draws
+    np.random.randint(10)                       # the consumer's own draws, between tasks
+    random.random()
+    assert watch.map(apply) == 2 and not watch.draws
+    np.random.rand(700)
+    random.gauss(0, 1)                         # (Python's cached Gaussian is part of its state)
+    consumers = _states()
+    assert watch.map(apply) == 4 and watch.draws
+    assert calls == [False, False, False, True]
+    assert _same_states(_states(), consumers)
+
+
 def test_without_a_readable_gaussian_flag_every_task_is_seeded(monkeypatch):
     monkeypatch.setattr(inline_map, "_gauss_flag_offset", lambda: None)
-    monkeypatch.setattr(inline_map, "_views_made", [])
+    monkeypatch.setattr(inline_map, "_views_made", [None])
     want, _, _ = seeded_run(draws_sometimes, 40, 2)
     CALLS.clear()
     got, _, df = seeded_run(draws_sometimes, 40, 0)
@@ -610,3 +660,27 @@ def test_a_pool_resized_directly_while_the_consumer_maps_keeps_epochs_exact():
         counts = [c.workers for c in df.worker_count_history()]
         assert 0 in counts and counts[-1] == df.num_workers
         assert df.num_workers + df._parked_workers() == df._pool.num
+
+
+def test_the_consumers_cpu_clock_is_read_around_one_task_in_eight_and_the_rest_estimated(monkeypatch):
+    """The thread's CPU clock is a system call: read for tasks 0, 8, 16..., the CPU of the others
+    estimated from those tasks' CPU per busy second."""
+    clocks = {"cpu": 0.0, "wall": 0.0, "reads": 0}
+
+    def thread_time():
+        clocks["reads"] += 1
+        return clocks["cpu"]
+
+    def work(payload, ticket):
+        clocks["wall"] += 0.010
+        clocks["cpu"] += 0.004           # 40 % of the busy time on the CPU
+        return payload
+
+    monkeypatch.setattr(inline_map.time, "thread_time", thread_time)
+    monkeypatch.setattr(inline_map.time, "perf_counter", lambda: clocks["wall"])
+    mapper = inline_map.InlineMapper("MultiProcessMapData", work)
+    assert mapper.cpu_seconds == 0.0
+    assert [mapper.map(i, [i, 0, 0, i]) for i in range(20)] == list(range(20))
+    assert clocks["reads"] == 2 * 3 == 2 * len(range(0, 20, inline_map.CPU_SAMPLE_EVERY))
+    assert mapper.items == 20 and mapper.busy_seconds == pytest.approx(0.2)
+    assert mapper.cpu_seconds == pytest.approx(0.08)

@@ -3,6 +3,7 @@ map's base seed, epoch, index), so a seeded pipeline gives the same datapoints w
 workers, threads or processes, and image augmentors draw the same crops in every worker."""
 import json
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -198,3 +199,43 @@ def test_derive_seed_is_stable():
     assert int.from_bytes(hashlib.blake2b(payload, digest_size=4).digest(), "little") == 3716711880
     assert 0 <= seeding.derive_seed(2 ** 40, -1) < 2 ** 32
     assert json.loads(json.dumps(seeding.derive_seed(7, 7))) == seeding.derive_seed(7, 7)
+
+
+def test_task_seed_is_derive_seed_for_any_numbers_and_threads():
+    assert core_seeding.task_seed(1234, 0, 5) == 3716711880
+    cases = [(b, e, i) for b in (0, -1, 7, 2 ** 40, -(2 ** 63)) for e in (0, 3, -2) for i in (0, 1, 2 ** 33)]
+    for base, epoch, index in cases + cases[::-1]:          # (the cached prefix changes and comes back)
+        assert core_seeding.task_seed(base, epoch, index) == seeding.derive_seed(base, epoch, index)
+    got = {}
+
+    def derive(base):
+        got[base] = [core_seeding.task_seed(base, epoch, index) for epoch in range(20) for index in range(50)]
+
+    threads = [threading.Thread(target=derive, args=(base,)) for base in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert got == {base: [seeding.derive_seed(base, epoch, index) for epoch in range(20) for index in range(50)]
+                   for base in range(4)}
+
+
+def test_call_seeded_is_a_call_inside_datapoint_context():
+    def draw(tag):
+        return tag, seeding.datapoint_seed(), seeding.datapoint_rng().randint(10 ** 6), np.random.rand()
+
+    np.random.seed(1)
+    with seeding.datapoint_context(21, reseed_global=True):
+        want = draw("x")
+    np.random.seed(1)
+    assert core_seeding.call_seeded(draw, "x", 21, True) == want
+    with seeding.datapoint_context(3):                  # nested in an open context, then back to it
+        assert core_seeding.call_seeded(draw, "y", 22)[1] == 22
+        assert seeding.datapoint_seed() == 3
+
+    def fail(_):
+        raise KeyError("no record")
+    with pytest.raises(KeyError):
+        core_seeding.call_seeded(fail, None, 23)
+    assert seeding.datapoint_seed() is None                 # the context was left on the error too

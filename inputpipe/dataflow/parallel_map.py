@@ -355,9 +355,7 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         watch = self.__dict__.get("_global_draws")
         if watch is None:
             watch = self._global_draws = GlobalDrawsWatch()
-        result = watch.map(lambda reseed: _apply(self.map_func, self._batch_size, payload, ticket,
-                                                 reseed_global=reseed))
-        return as_sent_by_a_process(result)
+        return as_sent_by_a_process(watch.map(_apply, self.map_func, self._batch_size, payload, ticket))
 
     def _workers_memory(self, precise: bool) -> Tuple[int, int]:
         read = process_anon_share if precise else process_memory

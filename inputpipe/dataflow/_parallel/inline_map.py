@@ -4,10 +4,10 @@ A stage of :class:`~._parallel.map_scheduler._ParallelMapBase` maps in the threa
 it when it is asked for 0 workers (``set_num_workers(0)``, or the controller of an ``"auto"``
 process map or of ``Autoscale(min_workers=0)``, which chooses 0 when its measurements say that
 is faster: a cheap map whose results cost more to move between processes than to make). That
-thread is then a worker of rank :data:`INLINE`: each task is numbered and seeded as it would be
-in a worker, so every guarantee of the map holds (each datapoint once, the order of ordered
-maps, resumable state, the same datapoints for any worker count), and it maps one task at a
-time, just before it is due.
+thread is then the map's one worker: each task is numbered and seeded as it would be in a
+worker, so every guarantee of the map holds (each datapoint once, the order of ordered maps,
+resumable state, the same datapoints for any worker count), and it maps one task at a time,
+just before it is due.
 The worker processes or threads stay alive, parked: they answer what they held and get no new
 task until the count rises again.
 
@@ -16,12 +16,11 @@ Example::
     df = MultiProcessMapData(ds, Autoscale(min_workers=0), make_big_array, strict=True)
     df.set_num_workers(0)          # or let the controller choose it
 """
-import collections
 import ctypes
 import random
 import sys
 import time
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -29,48 +28,59 @@ from ...utils import serialize
 from ...utils._wire_layout import _DTYPE_NAMES, _INLINE_ARRAY_MAX_BYTES, DEFAULT_MAX_FRAMES
 from ...utils.errors import error_from_exception
 
-__all__ = ["INLINE", "InlineMapper", "GlobalDrawsWatch", "as_sent_by_a_process", "global_rngs_kept"]
+__all__ = ["InlineMapper", "GlobalDrawsWatch", "as_sent_by_a_process", "global_rngs_kept"]
 
-#: The rank of the consumer's thread when it maps.
-INLINE = -1
 #: What an error names as the worker when the consumer's thread mapped.
 INLINE_WORKER = "the consumer's thread (0 workers: mapping inline)"
 #: Bytes a result may have (the channel's own limit between processes).
 _RESULT_MAX_BYTES = 1 << 40
+#: The consumer's thread's CPU clock is read around one task in this many.
+CPU_SAMPLE_EVERY = 8
 
 
 class InlineMapper:
-    """The consumer's thread as a map's worker of rank :data:`INLINE`: ``map(task)`` maps one
-    ``[generation, ticket, payload]`` with ``map_task(payload, ticket)`` and queues the answer as
-    a worker's, ``(INLINE, [generation, ticket, result])``; it counts its busy seconds, CPU
-    seconds and tasks for the controller.
+    """The consumer's thread as a map's worker: ``map(payload, ticket)`` maps one task with ``map_task(payload, ticket)`` and returns the result, raising what a
+    worker would report as its error; it counts its busy seconds and tasks for the controller,
+    and its CPU seconds, read around one task in :data:`CPU_SAMPLE_EVERY` (the thread's CPU clock
+    is a system call, dear beside a cheap task on some hosts) and estimated for the others from
+    the sampled tasks' CPU per busy second.
 
     Example::
 
         mapper = InlineMapper("MultiProcessMapData", lambda payload, ticket: f(payload))
-        mapper.map([generation, ticket, payload])
-        rank, answer = mapper.answers.popleft()
+        result = mapper.map(payload, [key, base_seed, epoch, index])
     """
 
     def __init__(self, component: str, map_task: Callable[[Any, List[Any]], Any]):
         self._component = component
         self._map_task = map_task
-        self.answers: Deque[Tuple[int, List[Any]]] = collections.deque()
         self.busy_seconds = 0.0
-        self.cpu_seconds = 0.0
         self.items = 0
+        self._sampled_busy = 0.0
+        self._sampled_cpu = 0.0
 
-    def map(self, task: List[Any]) -> None:
-        generation, ticket, payload = task
-        started, cpu_started = time.perf_counter(), time.thread_time()
+    @property
+    def cpu_seconds(self) -> float:
+        """CPU seconds spent mapping (estimated from the sampled tasks)."""
+        if not self._sampled_busy:
+            return 0.0
+        return self.busy_seconds * self._sampled_cpu / self._sampled_busy
+
+    def map(self, payload: Any, ticket: List[Any]) -> Any:
+        sampled = not self.items % CPU_SAMPLE_EVERY
+        cpu_started = time.thread_time() if sampled else 0.0
+        started = time.perf_counter()
         try:
             result = self._map_task(payload, ticket)
         except Exception as err:   # what a worker would report (KeyboardInterrupt and the like pass as they are)
             raise error_from_exception(self._component, INLINE_WORKER, err) from err
-        self.busy_seconds += time.perf_counter() - started
-        self.cpu_seconds += time.thread_time() - cpu_started
+        busy = time.perf_counter() - started
+        if sampled:
+            self._sampled_cpu += time.thread_time() - cpu_started
+            self._sampled_busy += busy
+        self.busy_seconds += busy
         self.items += 1
-        self.answers.append((INLINE, [generation, ticket, result]))
+        return result
 
 
 class global_rngs_kept:
@@ -133,75 +143,100 @@ class GlobalDrawsWatch:
     Example::
 
         watch = GlobalDrawsWatch()
-        result = watch.map(lambda reseed: _apply(f, None, payload, ticket, reseed_global=reseed))
+        result = watch.map(_apply, f, None, payload, ticket)     # calls _apply(..., reseed_global=)
     """
 
     def __init__(self) -> None:
         #: ``map_func`` drew from the global generators (or their states cannot be watched).
         self.draws = False
+        # the consumer's states as last copied, and their fingerprint then
+        self._kept = (bytearray(_MT19937_STATE_BYTES), bytearray(_PYTHON_STATE_BYTES))
+        self._kept_print: Optional[Tuple[Any, ...]] = None
 
-    def map(self, apply: Callable[[bool], Any]) -> Any:
-        """``apply(reseed_global)`` as a worker process would give it (see the class doc)."""
+    def map(self, apply: Callable[..., Any], *args: Any) -> Any:
+        """``apply(*args, reseed_global=...)`` as a worker process would give it (see the class doc)."""
         views = None if self.draws else _state_views()
         if views is None or views.numpy_gauss_cached():
             self.draws = self.draws or views is None
             with global_rngs_kept():
-                return apply(True)
-        before = views.snapshot()
+                return apply(*args, reseed_global=True)
+        before = views.fingerprint()
+        if before != self._kept_print:            # the consumer moved them since the last copy
+            views.copy_to(self._kept)
+            self._kept_print = before
         try:
-            result = apply(False)
+            result = apply(*args, reseed_global=False)
         except Exception:
-            if views.snapshot() == before:
+            if views.fingerprint() == before:
                 raise                                  # (what the seeded call would raise too)
         else:
-            if views.snapshot() == before:
+            if views.fingerprint() == before:
                 return result
-        views.restore(before)
+        views.copy_from(self._kept, before)
         self.draws = True
         with global_rngs_kept():
-            return apply(True)
+            return apply(*args, reseed_global=True)
 
 
 class _StateViews:
-    """numpy's and Python's global generator states as memory, read and written in place."""
+    """numpy's and Python's global generator states as memory, read and written in place. Their
+    fingerprint is a few words of each: the position, which every draw moves, and the first and
+    last words, which every regeneration of the words (after 624 of them drawn) and every seeding
+    change; read without touching the other 2.4 KB of each state."""
 
-    def __init__(self, numpy_bits: Any, numpy_at: int, gauss_flag_at: int, python_at: int):
-        self.numpy_bits = numpy_bits
+    def __init__(self, numpy: Any, numpy_bits: Any, numpy_at: int, gauss_flag_at: int, python_at: int):
+        self.numpy, self.numpy_bits = numpy, numpy_bits
         self.python = _python_generator()
-        self._numpy = np.ctypeslib.as_array((ctypes.c_uint8 * _MT19937_STATE_BYTES).from_address(numpy_at))
-        self._python = np.ctypeslib.as_array((ctypes.c_uint8 * _PYTHON_STATE_BYTES).from_address(python_at))
-        self._gauss = ctypes.c_int.from_address(gauss_flag_at)
+        self._numpy_bytes = _memory(numpy_at, _MT19937_STATE_BYTES)
+        self._python_bytes = _memory(python_at, _PYTHON_STATE_BYTES)
+        self._numpy = self._numpy_bytes.cast("I")       # 624 words, then the position
+        self._python = self._python_bytes.cast("I")     # the position, then 624 words
+        self._gauss = _memory(gauss_flag_at, 4).cast("i")
 
     def numpy_gauss_cached(self) -> bool:
-        return self._gauss.value != 0
+        return self._gauss[0] != 0
 
-    def snapshot(self) -> Tuple[bytes, bytes, int, Any]:
-        return (self._numpy.tobytes(), self._python.tobytes(), self._gauss.value,
+    def fingerprint(self) -> Tuple[Any, ...]:
+        """Changes whenever either generator draws or is seeded (see the class doc)."""
+        numpy, python = self._numpy, self._python
+        return (numpy[0], numpy[623], numpy[624], python[0], python[1], python[624], self._gauss[0],
                 getattr(self.python, "gauss_next", None))
 
-    def restore(self, snapshot: Tuple[bytes, bytes, int, Any]) -> None:
-        numpy_state, python_state, _, gauss_next = snapshot
-        self._numpy[:] = np.frombuffer(numpy_state, np.uint8)
-        self._gauss.value = 0                       # (there was none cached: see numpy_gauss_cached)
-        self._python[:] = np.frombuffer(python_state, np.uint8)
-        self.python.gauss_next = gauss_next
+    def copy_to(self, buffers: Tuple[bytearray, bytearray]) -> None:
+        buffers[0][:] = self._numpy_bytes
+        buffers[1][:] = self._python_bytes
+
+    def copy_from(self, buffers: Tuple[bytearray, bytearray], fingerprint: Tuple[Any, ...]) -> None:
+        """Puts back the states copied to ``buffers`` when their fingerprint was ``fingerprint``."""
+        self._numpy_bytes[:] = buffers[0]
+        self._gauss[0] = 0                          # (there was none cached: see numpy_gauss_cached)
+        self._python_bytes[:] = buffers[1]
+        self.python.gauss_next = fingerprint[-1]
 
 
-_views_made: List[Optional[_StateViews]] = []
+def _memory(address: int, size: int) -> memoryview:
+    """``size`` bytes at ``address`` as a writable view of bytes."""
+    return memoryview((ctypes.c_char * size).from_address(address)).cast("B")
+
+
+#: The views made last, or None before the first or where the states cannot be watched.
+_views_made: List[Optional[_StateViews]] = [None]
+_mtrand = np.random.mtrand
 
 
 def _state_views() -> Optional[_StateViews]:
     """The views of this process' global generators, made once (None where their layout is not
     the one checked); made again should ``random``'s or numpy's global generator be replaced."""
-    views = _views_made[0] if _views_made else None
-    generator = getattr(np.random.mtrand, "_rand", None)
-    bits = getattr(generator, "_bit_generator", None)
-    if views is not None and views.numpy_bits is bits and views.python is _python_generator():
+    views = _views_made[0]
+    generator = getattr(_mtrand, "_rand", None)
+    if views is not None and views.numpy is generator and views.numpy_bits is generator._bit_generator \
+            and views.python is random._inst:
         return views
+    bits = getattr(generator, "_bit_generator", None)
     numpy_at, python_at, flag = _numpy_state_memory(), _python_state_memory(), _gauss_flag_offset()
     views = None if numpy_at is None or python_at is None or flag is None else \
-        _StateViews(bits, numpy_at, id(generator) + flag, python_at)
-    _views_made[:] = [views]
+        _StateViews(generator, bits, numpy_at, id(generator) + flag, python_at)
+    _views_made[0] = views
     return views
 
 
@@ -303,6 +338,9 @@ def as_sent_by_a_process(result: Any) -> Any:
 
 
 _PLAIN = (type(None), bool, float, str, bytes)
+#: The format's dtype objects (kept alive by its table, so no other object takes their ids): an
+#: array of one of them is checked without hashing its dtype.
+_DTYPE_IDS = frozenset(id(dtype) for dtype in _DTYPE_NAMES)
 #: Deeper results go through the format (which refuses what is too deep for it).
 _MOST_DEPTH = 32
 
@@ -311,21 +349,27 @@ def _travels_unchanged(obj: Any, depth: int, arrays: List[int]) -> bool:
     """Whether the wire format gives back ``obj`` with the same types and values (``arrays``
     counts the large arrays seen, against the format's limit of frames)."""
     kind = type(obj)
+    if kind is np.ndarray:
+        if obj.nbytes > _INLINE_ARRAY_MAX_BYTES:
+            arrays[0] += 1
+        dtype = obj.dtype
+        return (id(dtype) in _DTYPE_IDS or dtype in _DTYPE_NAMES) and arrays[0] <= DEFAULT_MAX_FRAMES
     if kind in _PLAIN:
         return True
     if kind is int:
         return -(1 << 63) <= obj < (1 << 64)
-    if kind is np.ndarray:
-        if obj.nbytes > _INLINE_ARRAY_MAX_BYTES:
-            arrays[0] += 1
-        return obj.dtype in _DTYPE_NAMES and arrays[0] <= DEFAULT_MAX_FRAMES
     if depth >= _MOST_DEPTH:
         return False
     if kind is list or kind is tuple:
-        return all(_travels_unchanged(value, depth + 1, arrays) for value in obj)
+        for value in obj:
+            if type(value) not in _PLAIN and not _travels_unchanged(value, depth + 1, arrays):
+                return False
+        return True
     if kind is dict:
-        return all(_travels_unchanged(key, depth + 1, arrays) and _travels_unchanged(value, depth + 1, arrays)
-                   for key, value in obj.items())
+        for key, value in obj.items():
+            if not (_travels_unchanged(key, depth + 1, arrays) and _travels_unchanged(value, depth + 1, arrays)):
+                return False
+        return True
     if isinstance(obj, np.generic):
         return kind is not np.str_ and kind is not np.bytes_ and obj.dtype in _DTYPE_NAMES
     return False

@@ -24,7 +24,7 @@ from ...utils.concurrency import POLL_INTERVAL
 from ...utils.errors import WorkerError
 from ...utils.seeding import new_rng
 from .._core.helpers import close_iterators
-from .inline_map import INLINE, InlineMapper
+from .inline_map import InlineMapper
 from .map_position import MapPosition
 from .map_resume import ResumableMap
 from .map_task import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, nbytes  # noqa: F401 (imported from here)
@@ -223,12 +223,9 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
         if self._auto_buffer:
             self.buffer_size = self._buffer_for(self.num_workers)
 
-    def _fit_auto_buffer(self) -> None:
-        """``buffer_size="auto"``: measure the workers' time per task since the last fit (at
-        most every :data:`AUTO_BUFFER_REFIT` s, while the consumer waits) and size the buffer."""
-        now = time.monotonic()
-        if now < self._buffer_refit_at:
-            return
+    def _fit_auto_buffer(self, now: float) -> None:
+        """``buffer_size="auto"``: measure the workers' time per task since the last fit (every
+        :data:`AUTO_BUFFER_REFIT` s, while the consumer waits) and size the buffer."""
         self._buffer_refit_at = now + AUTO_BUFFER_REFIT
         busy, items = self._scaling_counters()
         last_busy, last_items = self._buffer_counters
@@ -421,8 +418,7 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
         while self._unanswered() + len(self._pending) + len(self._ready) < max(self.buffer_size, 1):
             if self._source is None:
                 return
-            # mapping inline: one task at a time, when nothing else is due
-            if self._mapping_inline and (self._ready or (inline is not None and inline.answers)):
+            if self._mapping_inline and self._ready:     # mapping inline: one task at a time, when due
                 return
             try:
                 task = self._make_task(self._source)
@@ -448,9 +444,10 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
             else:
                 ticket = [key, self.base_seed, self._passes, (key - self._pass_start) * self._task_size]
             if self._mapping_inline and inline is not None:
-                inline.map([self._generation, ticket, task])
-                self._in_flight_total += 1
-                self._generation_in_flight += 1
+                self._tick()                       # (the consumer waits nowhere: the controller acts here)
+                self._place(key, inline.map(task, ticket))
+                if self._ready:
+                    return
                 continue
             rank = min(self._active, key=self._in_flight.__getitem__)    # the least loaded
             self._submit(rank, [self._generation, ticket, task])
@@ -461,25 +458,28 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
             self._generation_in_flight += 1
 
     def _unanswered(self) -> int:
-        """Tasks in flight that count against ``buffer_size``: at 0 workers, those of the
-        consumer's thread (the parked workers' are bounded by what they held)."""
-        if self._mapping_inline and self._inline is not None:
-            return len(self._inline.answers)
-        return self._in_flight_total
+        """Tasks in flight that count against ``buffer_size``: none at 0 workers (the consumer's
+        thread places each result as it maps it; the parked workers' are bounded by what they
+        held)."""
+        return 0 if self._mapping_inline else self._in_flight_total
+
+    def _tick(self) -> None:
+        """Raise a hung worker's error; size an ``"auto"`` buffer and run the controller when due."""
+        if self._hung is not None:
+            raise self._hung
+        now = time.monotonic()
+        if self._auto_buffer and now >= self._buffer_refit_at:
+            self._fit_auto_buffer(now)
+        scaling = self._scaling
+        if scaling is not None and now >= scaling.due:
+            scaling.run()
 
     def _collect(self) -> None:
         """Wait up to one poll interval for an answer; move the results now due to ``_ready``.
         The consumer waits here (nothing is ready), so here the controller measures and acts."""
-        if self._hung is not None:
-            raise self._hung
-        if self._auto_buffer:
-            self._fit_auto_buffer()
+        self._tick()
         scaling = self._scaling
-        if scaling is not None and time.monotonic() >= scaling.due:
-            scaling.run()
-        if self._inline is not None and self._inline.answers:
-            got: Optional[Tuple[int, List[Any]]] = self._inline.answers.popleft()
-        elif scaling is None:
+        if scaling is None:
             got = self._receive(POLL_INTERVAL)
         else:
             started = time.monotonic()
@@ -490,18 +490,18 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
             raise_if_stopping(self)
             return
         rank, (generation, ticket, result) = got
-        key = ticket[0]
-        if rank == INLINE:
-            self._in_flight_total -= 1
-        else:
-            self._answered(rank)
-        if self._sample_result:
-            self._sample_result = False
-            self._result_bytes = nbytes(result)
+        self._answered(rank)
         self._check_hung()                         # also while other workers keep answering
         if generation != self._generation:
             return                                 # left over from an abandoned strict epoch
         self._generation_in_flight -= 1
+        self._place(ticket[0], result)
+
+    def _place(self, key: int, result: Any) -> None:
+        """The result of task ``key`` is in: ready to yield (ordered: once those before it are)."""
+        if self._sample_result:
+            self._sample_result = False
+            self._result_bytes = nbytes(result)
         if not self.ordered:
             self._ready.append((key, result))
             return
@@ -559,6 +559,8 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
                     self._consumer_seconds += time.perf_counter() - started    # (the consumer's own time)
                     result = None          # not held while the next is made (its memory is reused)
             self._fill(restart_source=False)
+            if self._ready:                        # (mapped in the consumer's thread)
+                continue
             if self._source is None and self._generation_in_flight == 0 and not self._pending:
                 break
             self._collect()
@@ -590,7 +592,8 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
                                            type(self.ds).__name__))
                 continue
             self._fill(restart_source=True)
-            self._collect()
+            if not self._ready:                    # (else mapped in the consumer's thread)
+                self._collect()
 
     def __enter__(self):
         return self

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from ...utils.arguments import no_other_arguments, renamed_argument, warn_deprecated
-from ...utils.seeding import datapoint_context, derive_seed
+from ...utils.seeding import call_seeded, task_seed
 from ..autoscale import worker_count
 from ..batch import BatchBuilder
 
@@ -62,12 +62,10 @@ def _apply(map_func: Callable, batch_size: Optional[int], task: Any, ticket: Lis
     built as the results come, in arrays from ``allocate`` (a worker's shared memory)."""
     _, base_seed, epoch, index = ticket
     if batch_size is None:
-        with datapoint_context(derive_seed(base_seed, epoch, index), reseed_global):
-            return map_func(task)
+        return call_seeded(map_func, task, task_seed(base_seed, epoch, index), reseed_global)
     builder = BatchBuilder(len(task)) if allocate is None else BatchBuilder(len(task), allocate)
     for offset, dp in enumerate(task):
-        with datapoint_context(derive_seed(base_seed, epoch, index + offset), reseed_global):
-            result = map_func(dp)
+        result = call_seeded(map_func, dp, task_seed(base_seed, epoch, index + offset), reseed_global)
         if result is not None:
             builder.add(result)
     return builder.batch()
