@@ -676,8 +676,8 @@ def test_the_consumers_cpu_clock_is_read_around_one_task_in_eight_and_the_rest_e
         clocks["cpu"] += 0.004           # 40 % of the busy time on the CPU
         return payload
 
-    monkeypatch.setattr(inline_map.time, "thread_time", thread_time)
-    monkeypatch.setattr(inline_map.time, "perf_counter", lambda: clocks["wall"])
+    monkeypatch.setattr(inline_map, "_cpu_clock", thread_time)
+    monkeypatch.setattr(inline_map, "_wall_clock", lambda: clocks["wall"])
     mapper = inline_map.InlineMapper("MultiProcessMapData", work)
     assert mapper.cpu_seconds == 0.0
     assert [mapper.map(i, [i, 0, 0, i]) for i in range(20)] == list(range(20))

@@ -38,8 +38,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+# (task_seed and call_seeded, the parallel maps' fast forms of derive_seed and datapoint_context, are
+# not exported)
 __all__ = ["set_global_seed", "get_global_seed", "enter_worker", "worker_rank", "new_rng", "derive_seed",
-           "task_seed", "call_seeded", "datapoint_context", "datapoint_seed", "datapoint_rng", "augmentor_rng"]
+           "datapoint_context", "datapoint_seed", "datapoint_rng", "augmentor_rng"]
 
 _lock = threading.Lock()
 _global_seed: Optional[int] = None

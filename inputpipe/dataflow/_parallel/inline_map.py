@@ -36,6 +36,7 @@ INLINE_WORKER = "the consumer's thread (0 workers: mapping inline)"
 _RESULT_MAX_BYTES = 1 << 40
 #: The consumer's thread's CPU clock is read around one task in this many.
 CPU_SAMPLE_EVERY = 8
+_wall_clock, _cpu_clock = time.perf_counter, time.thread_time
 
 
 class InlineMapper:
@@ -68,15 +69,15 @@ class InlineMapper:
 
     def map(self, payload: Any, ticket: List[Any]) -> Any:
         sampled = not self.items % CPU_SAMPLE_EVERY
-        cpu_started = time.thread_time() if sampled else 0.0
-        started = time.perf_counter()
+        cpu_started = _cpu_clock() if sampled else 0.0
+        started = _wall_clock()
         try:
             result = self._map_task(payload, ticket)
         except Exception as err:   # what a worker would report (KeyboardInterrupt and the like pass as they are)
             raise error_from_exception(self._component, INLINE_WORKER, err) from err
-        busy = time.perf_counter() - started
+        busy = _wall_clock() - started
         if sampled:
-            self._sampled_cpu += time.thread_time() - cpu_started
+            self._sampled_cpu += _cpu_clock() - cpu_started
             self._sampled_busy += busy
         self.busy_seconds += busy
         self.items += 1
@@ -132,13 +133,15 @@ class global_rngs_kept:
 class GlobalDrawsWatch:
     """Maps a process map's tasks in the consumer's thread without seeding numpy's and Python's
     global generators, for as long as ``map_func`` is not seen drawing from them: seeding them
-    and putting the consumer's states back (:class:`global_rngs_kept`) is most of what a task
-    costs there (about 20 us of 30). Each unseeded call is watched: should the generators' states
-    (their words, position and cached Gaussians) differ after it, or the consumer hold a Gaussian
-    that numpy's legacy generator cached (its use would not show), the call's result is
-    dropped, the consumer's states put back, and the task mapped again as a worker would, seeded
-    (``map_func`` then runs twice for that task); every later task is seeded. Where the states
-    cannot be read as memory (another interpreter, numpy before 1.17) every task is seeded.
+    and putting the consumer's states back (:class:`global_rngs_kept`) costs about 20 us a task,
+    twice the rest of its cost there. Each unseeded call is watched: should the generators'
+    states (their words, position and cached Gaussians: a fingerprint of a few words, see
+    :class:`_StateViews`) differ after it, or the consumer hold a Gaussian that numpy's legacy
+    generator cached (its use would not show), the call's result is dropped, the consumer's
+    states put back (copied before the call whenever they moved since the last copy), and the
+    task mapped again as a worker would, seeded (``map_func`` then runs twice for that task);
+    every later task is seeded. Where the states cannot be read as memory (another interpreter,
+    numpy before 1.17) every task is seeded.
 
     Example::
 
