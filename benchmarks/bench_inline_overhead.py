@@ -65,7 +65,8 @@ def _timed_spin():
 
 
 def inputpipe_settings(size, func=tiny):
-    """name -> a function that builds the flow, ready to iterate."""
+    """name -> a function that builds the flow (over ``size`` datapoints after the warm-up),
+    ready to iterate."""
     def source():
         return ip.DataFromList([[i] for i in range(size + WARMUP)], shuffle=False)
 
@@ -123,26 +124,68 @@ def us_per_datapoint(name, build, size):
     return elapsed / size * 1e6
 
 
+def fresh_flow_per_round(settings, size, repeats):
+    """name -> us per datapoint of each round, a new flow each round, the settings taking turns."""
+    times = {name: [] for name in settings}
+    names = list(settings)
+    for round_index in range(repeats):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(us_per_datapoint(name, settings[name], size))
+    return times
+
+
+def alternate_in_one_process(settings, size, repeats):
+    """name -> us per datapoint of each round: every flow built once and warmed up, then rounds
+    of ``size`` datapoints taking turns (a map whose work disturbs the caches is compared where
+    the host's drift between rounds is least)."""
+    flows = {name: build() for name, build in settings.items()}
+    iterators = {name: iter(flow) for name, flow in flows.items()}
+    for iterator in iterators.values():
+        for _ in range(WARMUP):
+            next(iterator)
+    times = {name: [] for name in settings}
+    names = list(settings)
+    reached = {}
+    for round_index in range(repeats):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            iterator = iterators[name]
+            started = time.perf_counter()
+            for _ in range(size):
+                last = next(iterator)
+            times[name].append((time.perf_counter() - started) / size * 1e6)
+            reached[name] = int(last[0])
+            del last                     # (not held while the next setting runs)
+    for name in iterators:
+        if reached[name] != WARMUP + size * repeats - 1:     # each setting gave its datapoints in order
+            raise RuntimeError("{}: the last datapoint was {}, expected {}".format(
+                name, reached[name], WARMUP + size * repeats - 1))
+        close = getattr(flows[name], "close", None)
+        if close is not None:
+            close()
+    return times
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=20000, help="datapoints timed per round")
     parser.add_argument("--repeats", type=int, default=5, help="rounds (the settings take turns)")
     parser.add_argument("--map", choices=sorted(MAPS), default="tiny",
-                        help="tiny: [index, 1]; large: bench_autotune's 2 MiB map (default --size 2000 then)")
+                        help="tiny: [index, 1], a new flow per round; large: bench_autotune's 2 MiB map, each flow "
+                             "built once, rounds alternating (default --size 200 --repeats 40 then)")
     args = parser.parse_args()
     large = args.map == "large"
     if large:
         calibrate_large()
-        args.size = args.size if args.size != 20000 else 2000
-    settings = inputpipe_settings(args.size, MAPS[args.map])
-    if not large:
-        settings.update(dataloader_setting(args.size))
-    times = {name: [] for name in settings}
-    names = list(settings)
-    for round_index in range(args.repeats):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
-            times[name].append(us_per_datapoint(name, settings[name], args.size))
+        args.size, args.repeats = (200, 40) if (args.size, args.repeats) == (20000, 5) else (args.size, args.repeats)
+    if large:
+        times = alternate_in_one_process(inputpipe_settings(args.size * args.repeats, MAPS[args.map]),
+                                         args.size, args.repeats)
+    else:
+        times = fresh_flow_per_round(dict(inputpipe_settings(args.size), **dataloader_setting(args.size)),
+                                     args.size, args.repeats)
+    names = list(times)
     median = {name: statistics.median(values) for name, values in times.items()}
     loader = median.get("DataLoader(num_workers=0)")
     serial = median["MapData"]

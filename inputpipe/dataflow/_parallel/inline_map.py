@@ -133,8 +133,8 @@ class global_rngs_kept:
 class GlobalDrawsWatch:
     """Maps a process map's tasks in the consumer's thread without seeding numpy's and Python's
     global generators, for as long as ``map_func`` is not seen drawing from them: seeding them
-    and putting the consumer's states back (:class:`global_rngs_kept`) costs about 20 us a task,
-    twice the rest of its cost there. Each unseeded call is watched: should the generators'
+    and putting the consumer's states back (:class:`global_rngs_kept`) costs three times the rest
+    of a task's cost there (about 30 us against 10). Each unseeded call is watched: should the generators'
     states (their words, position and cached Gaussians: a fingerprint of a few words, see
     :class:`_StateViews`) differ after it, or the consumer hold a Gaussian that numpy's legacy
     generator cached (its use would not show), the call's result is dropped, the consumer's
