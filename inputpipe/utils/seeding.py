@@ -117,15 +117,43 @@ def derive_seed(*numbers: int) -> int:
 
         order = np.random.RandomState(derive_seed(base_seed, epoch)).permutation(n)
     """
-    payload = b"".join([int(n).to_bytes(16, "little", signed=True) for n in numbers])
+    return _seed_of(b"".join([_number_bytes(n) for n in numbers]))
+
+
+def _number_bytes(number: int) -> bytes:
+    """A number's 16 bytes in :func:`derive_seed`'s payload."""
+    return int(number).to_bytes(16, "little", signed=True)
+
+
+def _seed_of(payload: bytes) -> int:
+    """The seed of :func:`derive_seed`'s ``payload`` (the numbers' bytes, one after the other)."""
     return int.from_bytes(hashlib.blake2b(payload, digest_size=4).digest(), "little")
 
 
 def _salted_seed(seed: int, salt_bytes: bytes) -> int:
     """``derive_seed(seed, salt)`` for an int ``seed``, with the salt's 16 bytes made once (a
     parallel map derives two such seeds for every datapoint)."""
-    payload = seed.to_bytes(16, "little", signed=True) + salt_bytes
-    return int.from_bytes(hashlib.blake2b(payload, digest_size=4).digest(), "little")
+    return _seed_of(_number_bytes(seed) + salt_bytes)
+
+
+#: ``(base_seed, epoch, their 32 bytes in derive_seed's payload)`` of the latest task_seed call,
+#: replaced as one tuple (threads of a map call it at once).
+_task_prefix: List[Tuple[int, int, bytes]] = [(0, 0, bytes(32))]
+
+
+def task_seed(base_seed: int, epoch: int, index: int) -> int:
+    """``derive_seed(base_seed, epoch, index)``, the first two numbers' bytes made once while
+    they stay the same (a parallel map derives one such seed for every datapoint).
+
+    Example::
+
+        assert task_seed(7, 0, 3) == derive_seed(7, 0, 3)
+    """
+    base, at_epoch, prefix = _task_prefix[0]
+    if base != base_seed or at_epoch != epoch:
+        prefix = _number_bytes(base_seed) + _number_bytes(epoch)
+        _task_prefix[0] = (base_seed, epoch, prefix)
+    return _seed_of(prefix + _number_bytes(index))
 
 
 # ------------------------------------------------------------------------ per-datapoint seeding
@@ -241,27 +269,6 @@ def call_seeded(func: Callable[[Any], Any], arg: Any, seed: int, reseed_global: 
         return func(arg)
     finally:
         stack.pop()
-
-
-#: ``(base_seed, epoch, their 32 bytes in derive_seed's payload)`` of the latest task_seed call,
-#: replaced as one tuple (threads of a map call it at once).
-_task_prefix: List[Tuple[int, int, bytes]] = [(0, 0, bytes(32))]
-
-
-def task_seed(base_seed: int, epoch: int, index: int) -> int:
-    """``derive_seed(base_seed, epoch, index)``, the first two numbers' bytes made once while
-    they stay the same (a parallel map derives one such seed for every datapoint).
-
-    Example::
-
-        assert task_seed(7, 0, 3) == derive_seed(7, 0, 3)
-    """
-    base, at_epoch, prefix = _task_prefix[0]
-    if base != base_seed or at_epoch != epoch:
-        prefix = int(base_seed).to_bytes(16, "little", signed=True) + int(epoch).to_bytes(16, "little", signed=True)
-        _task_prefix[0] = (base_seed, epoch, prefix)
-    payload = prefix + int(index).to_bytes(16, "little", signed=True)
-    return int.from_bytes(hashlib.blake2b(payload, digest_size=4).digest(), "little")
 
 
 def _reseed_python_global(seed: int) -> None:
