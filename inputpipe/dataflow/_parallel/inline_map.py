@@ -40,11 +40,12 @@ _wall_clock, _cpu_clock = time.perf_counter, time.thread_time
 
 
 class InlineMapper:
-    """The consumer's thread as a map's worker: ``map(payload, ticket)`` maps one task with ``map_task(payload, ticket)`` and returns the result, raising what a
-    worker would report as its error; it counts its busy seconds and tasks for the controller,
-    and its CPU seconds, read around one task in :data:`CPU_SAMPLE_EVERY` (the thread's CPU clock
-    is a system call, dear beside a cheap task on some hosts) and estimated for the others from
-    the sampled tasks' CPU per busy second.
+    """The consumer's thread as a map's worker: ``map(payload, ticket)`` maps one task with
+    ``map_task(payload, ticket)`` and returns the result, raising what a worker would report as
+    its error; it counts its busy seconds and tasks for the controller, and its CPU seconds, read
+    around one task in :data:`CPU_SAMPLE_EVERY` (the thread's CPU clock is a system call, dear
+    beside a cheap task on some hosts) and estimated for the others from the sampled tasks' CPU
+    per busy second.
 
     Example::
 
@@ -134,9 +135,9 @@ class GlobalDrawsWatch:
     """Maps a process map's tasks in the consumer's thread without seeding numpy's and Python's
     global generators, for as long as ``map_func`` is not seen drawing from them: seeding them
     and putting the consumer's states back (:class:`global_rngs_kept`) costs three times the rest
-    of a task's cost there (about 30 us against 10). Each unseeded call is watched: should the generators'
-    states (their words, position and cached Gaussians: a fingerprint of a few words, see
-    :class:`_StateViews`) differ after it, or the consumer hold a Gaussian that numpy's legacy
+    of a task's cost there (about 30 us against 10). Each unseeded call is watched: should the
+    generators' states (their words, position and cached Gaussians: a fingerprint of a few words,
+    see :class:`_StateViews`) differ after it, or the consumer hold a Gaussian that numpy's legacy
     generator cached (its use would not show), the call's result is dropped, the consumer's
     states put back (copied before the call whenever they moved since the last copy), and the
     task mapped again as a worker would, seeded (``map_func`` then runs twice for that task);
