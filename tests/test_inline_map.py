@@ -189,9 +189,9 @@ def test_a_map_that_draws_now_and_then_is_seeded_from_its_first_draw_on_at_0_wor
 def test_a_first_draw_from_a_cached_gaussian_or_pythons_generator_is_caught(first):
     """From ``first`` on the map draws as draws_sometimes does. At 23 the consumer holds a
     Gaussian numpy cached when that task is mapped (it drew one normal just before): the map's
-    one normal draw would take it without changing numpy's words, so that task is seeded at once
-    and mapped once (the draw at 31 is then the first one seen, and mapped again); Python's draw
-    at 31 is seen in its words."""
+    one normal draw would take it without changing numpy's words, so that task, and every later
+    one while the consumer holds that Gaussian (it is given back after each), is seeded at once
+    and mapped once; Python's draw at 31 is seen in its words."""
     def only_from(dp):
         return draws_sometimes(dp) if dp[0] >= first else [dp[0], dp[0] * 2]
 
@@ -207,8 +207,12 @@ def test_a_first_draw_from_a_cached_gaussian_or_pythons_generator_is_caught(firs
 
     got, _, df = seeded_run(only_from, 40, 0, cache_a_gaussian_before_the_normal_draw if first == 23 else None)
     assert got == want and cached == ([1] if first == 23 else [])
-    assert CALLS[first] == (1 if first == 23 else 2) and CALLS[31] == 2 and df._global_draws.draws
-    assert sum(CALLS.values()) == (40 - first) + 1          # (the tasks from first on, one of them twice)
+    if first == 23:
+        assert np.random.get_state()[3] == 1           # the consumer's Gaussian, still cached for it
+        assert CALLS == collections.Counter(range(23, 40)) and not df._global_draws.draws
+    else:
+        assert CALLS == collections.Counter({i: 2 if i == 31 else 1 for i in range(31, 40)})
+        assert df._global_draws.draws
 
 
 def draw_then_fail(dp):
@@ -290,8 +294,8 @@ def test_the_watch_sees_every_change_of_a_global_generator_and_puts_the_consumer
 
 
 def test_without_a_readable_gaussian_flag_every_task_is_seeded(monkeypatch):
-    monkeypatch.setattr(inline_map, "_gauss_flag_offset", lambda: None)
-    monkeypatch.setattr(inline_map, "_views_made", [None])
+    monkeypatch.setattr(inline_map, "_gauss_memory", lambda: None)
+    monkeypatch.setattr(inline_map, "_views_made", [(inline_map._NOT_MADE, None)])
     want, _, _ = seeded_run(draws_sometimes, 40, 2)
     CALLS.clear()
     got, _, df = seeded_run(draws_sometimes, 40, 0)
@@ -299,22 +303,24 @@ def test_without_a_readable_gaussian_flag_every_task_is_seeded(monkeypatch):
     assert set(CALLS.values()) == {1}
 
 
-def test_the_gaussian_flag_of_numpys_legacy_generator_is_found():
-    offset = inline_map._gauss_flag_offset()
-    assert offset is not None
+def test_the_cached_gaussian_of_numpys_legacy_generator_is_found():
+    offset, size = inline_map._gauss_memory()
+    assert size in (12, 16)
     rng = np.random.RandomState(4)
     for draws in range(1, 6):
-        rng.standard_normal()
-        assert ctypes.c_int.from_address(id(rng) + offset).value == rng.get_state()[3] == draws % 2
+        value = rng.standard_normal()
+        state = rng.get_state()
+        assert ctypes.c_int.from_address(id(rng) + offset).value == state[3] == draws % 2
+        cached = ctypes.c_double.from_address(id(rng) + offset + size - 8).value
+        assert cached == state[4] and (not state[3] or cached != value)
 
 
 @pytest.mark.parametrize("memory", [True, False], ids=["state-memory", "get-state"])
 def test_global_rngs_kept_restores_both_generators_exactly(monkeypatch, memory):
     if not memory:
-        monkeypatch.setattr(inline_map, "_numpy_state_memory", lambda: None)
-        monkeypatch.setattr(inline_map, "_python_state_memory", lambda: None)
+        monkeypatch.setattr(inline_map, "_state_views", lambda: None)
     else:
-        assert inline_map._numpy_state_memory() and inline_map._python_state_memory()   # CPython, numpy >= 1.17
+        assert inline_map._state_views() is not None       # CPython, numpy >= 1.17
     np.random.seed(5)
     random.seed(5)
     np.random.rand(7)
@@ -330,6 +336,31 @@ def test_global_rngs_kept_restores_both_generators_exactly(monkeypatch, memory):
     assert got_numpy[0] == want_numpy[0] and (got_numpy[1] == want_numpy[1]).all() and got_numpy[2] == want_numpy[2]
     assert got_numpy[3] == 0             # a Gaussian cached by the map is not handed to the consumer
     assert random.getstate() == want_python
+
+
+@pytest.mark.parametrize("memory", [True, False], ids=["state-memory", "get-state"])
+def test_global_rngs_kept_gives_the_consumer_its_own_cached_gaussians_back(monkeypatch, memory):
+    if not memory:
+        monkeypatch.setattr(inline_map, "_state_views", lambda: None)
+    np.random.seed(6)
+    random.seed(6)
+    np.random.standard_normal()          # the second of the pair stays cached in numpy
+    random.gauss(0, 1)                   # and in Python
+    want_numpy, want_python = np.random.get_state(), random.getstate()
+    assert want_numpy[3] == 1 and want_python[2] is not None
+    expected = np.random.RandomState()
+    expected.set_state(want_numpy)
+    for _ in range(2):
+        with global_rngs_kept():
+            np.random.seed(99)
+            np.random.standard_normal()  # the map's own pair, one of it cached
+            random.seed(99)
+            random.gauss(0, 1)
+        got_numpy = np.random.get_state()
+        assert got_numpy[3] == 1 and got_numpy[4] == want_numpy[4]
+        assert all((a == b).all() if isinstance(a, np.ndarray) else a == b for a, b in zip(got_numpy, want_numpy))
+        assert random.getstate() == want_python
+    assert np.random.standard_normal(3).tolist() == expected.standard_normal(3).tolist()
 
 
 def test_global_rngs_kept_nested_and_repeated_restores_each_level():
@@ -349,7 +380,7 @@ def test_global_rngs_kept_nested_and_repeated_restores_each_level():
             assert (np.random.get_state()[1] == inner_numpy).all() and random.getstate() == inner_python
             np.random.rand(5)
         assert (np.random.get_state()[1] == outer_numpy).all() and random.getstate() == outer_python
-    assert len(inline_map._spare_buffers) >= 2
+    assert len(inline_map._spare_copies) >= 2
 
 
 def test_a_result_reaches_the_consumer_as_a_workers_would_through_the_wire_format():

@@ -86,12 +86,12 @@ class InlineMapper:
 
 
 class global_rngs_kept:
-    """Restores ``numpy.random``'s and ``random``'s global states on exit: a map that reseeds
-    them for each datapoint (as worker processes do) leaves the consumer's own draws as they were.
-    The generators' states are copied as memory (2.5 KB each; ``get_state()``/``getstate()`` take
-    10 to 30 times as long), where this interpreter's layout was checked to allow it, so one
-    Gaussian that numpy's legacy generator cached for the consumer, if any, is dropped (its next
-    normal draw makes a new pair).
+    """Restores ``numpy.random``'s and ``random``'s global states on exit, cached Gaussians
+    included: a map that reseeds them for each datapoint (as worker processes do) leaves the
+    consumer's own draws as they were. The states are copied as memory through
+    :class:`_StateViews` (2.5 KB each; ``get_state()``/``getstate()`` take 10 to 30 times as
+    long) where this interpreter's layout was checked to allow it, elsewhere through
+    ``get_state()``/``getstate()``.
 
     Example::
 
@@ -101,34 +101,23 @@ class global_rngs_kept:
     """
 
     def __enter__(self) -> "global_rngs_kept":
-        self._numpy_at = _numpy_state_memory()
-        self._python_at = _python_state_memory()
-        # the copies' buffers are reused (one pair per level of nesting, from any thread)
-        self._buffers = _spare_buffers.pop() if _spare_buffers else (
-            ctypes.create_string_buffer(_MT19937_STATE_BYTES), ctypes.create_string_buffer(_PYTHON_STATE_BYTES))
-        if self._numpy_at:
-            ctypes.memmove(self._buffers[0], self._numpy_at, _MT19937_STATE_BYTES)
-        else:
-            self._numpy = np.random.get_state()
-        if self._python_at:
-            ctypes.memmove(self._buffers[1], self._python_at, _PYTHON_STATE_BYTES)
-            self._gauss_next = getattr(_python_generator(), "gauss_next", None)
-        else:
-            self._python = random.getstate()
+        views = self._views = _state_views()
+        if views is None:
+            self._numpy, self._python = np.random.get_state(), random.getstate()
+            return self
+        # the copies are reused (one per level of nesting, from any thread)
+        self._copy = _spare_copies.pop() if _spare_copies else views.new_copy()
+        views.copy_to(self._copy)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._numpy_at:
-            np.random.seed(0)                       # (drops the map's cached Gaussian)
-            ctypes.memmove(self._numpy_at, self._buffers[0], _MT19937_STATE_BYTES)
-        else:
+        views = self._views
+        if views is None:
             np.random.set_state(self._numpy)
-        if self._python_at:
-            ctypes.memmove(self._python_at, self._buffers[1], _PYTHON_STATE_BYTES)
-            _python_generator().gauss_next = self._gauss_next
-        else:
             random.setstate(self._python)
-        _spare_buffers.append(self._buffers)
+            return
+        views.copy_from(self._copy)
+        _spare_copies.append(self._copy)
 
 
 class GlobalDrawsWatch:
@@ -154,7 +143,7 @@ class GlobalDrawsWatch:
         #: ``map_func`` drew from the global generators (or their states cannot be watched).
         self.draws = False
         # the consumer's states as last copied, and their fingerprint then
-        self._kept = (bytearray(_MT19937_STATE_BYTES), bytearray(_PYTHON_STATE_BYTES))
+        self._kept: Optional[_StateCopy] = None
         self._kept_print: Optional[Tuple[Any, ...]] = None
 
     def map(self, apply: Callable[..., Any], *args: Any) -> Any:
@@ -165,8 +154,11 @@ class GlobalDrawsWatch:
             with global_rngs_kept():
                 return apply(*args, reseed_global=True)
         before = views.fingerprint()
+        kept = self._kept
+        if kept is None:
+            kept = self._kept = views.new_copy()
         if before != self._kept_print:            # the consumer moved them since the last copy
-            views.copy_to(self._kept)
+            views.copy_to(kept)
             self._kept_print = before
         try:
             result = apply(*args, reseed_global=False)
@@ -176,26 +168,27 @@ class GlobalDrawsWatch:
         else:
             if views.fingerprint() == before:
                 return result
-        views.copy_from(self._kept, before)
+        views.copy_from(kept)
         self.draws = True
         with global_rngs_kept():
             return apply(*args, reseed_global=True)
 
 
 class _StateViews:
-    """numpy's and Python's global generator states as memory, read and written in place. Their
+    """numpy's and Python's global generator states as memory, read and written in place, with
+    numpy's cached Gaussian (its flag and value: the bytes from one to the other). Their
     fingerprint is a few words of each: the position, which every draw moves, and the first and
     last words, which every regeneration of the words (after 624 of them drawn) and every seeding
     change; read without touching the other 2.4 KB of each state."""
 
-    def __init__(self, numpy: Any, numpy_bits: Any, numpy_at: int, gauss_flag_at: int, python_at: int):
-        self.numpy, self.numpy_bits = numpy, numpy_bits
+    def __init__(self, numpy_at: int, gauss_at: int, gauss_bytes: int, python_at: int):
         self.python = _python_generator()
         self._numpy_bytes = _memory(numpy_at, _MT19937_STATE_BYTES)
         self._python_bytes = _memory(python_at, _PYTHON_STATE_BYTES)
         self._numpy = self._numpy_bytes.cast("I")       # 624 words, then the position
         self._python = self._python_bytes.cast("I")     # the position, then 624 words
-        self._gauss = _memory(gauss_flag_at, 4).cast("i")
+        self._gauss_bytes = _memory(gauss_at, gauss_bytes)
+        self._gauss = _memory(gauss_at, 4).cast("i")    # the flag
 
     def numpy_gauss_cached(self) -> bool:
         return self._gauss[0] != 0
@@ -206,16 +199,31 @@ class _StateViews:
         return (numpy[0], numpy[623], numpy[624], python[0], python[1], python[624], self._gauss[0],
                 getattr(self.python, "gauss_next", None))
 
-    def copy_to(self, buffers: Tuple[bytearray, bytearray]) -> None:
-        buffers[0][:] = self._numpy_bytes
-        buffers[1][:] = self._python_bytes
+    def new_copy(self) -> "_StateCopy":
+        return _StateCopy(len(self._gauss_bytes))
 
-    def copy_from(self, buffers: Tuple[bytearray, bytearray], fingerprint: Tuple[Any, ...]) -> None:
-        """Puts back the states copied to ``buffers`` when their fingerprint was ``fingerprint``."""
-        self._numpy_bytes[:] = buffers[0]
-        self._gauss[0] = 0                          # (there was none cached: see numpy_gauss_cached)
-        self._python_bytes[:] = buffers[1]
-        self.python.gauss_next = fingerprint[-1]
+    def copy_to(self, buffers: "_StateCopy") -> None:
+        buffers.numpy[:] = self._numpy_bytes
+        buffers.numpy_gauss[:] = self._gauss_bytes
+        buffers.python[:] = self._python_bytes
+        buffers.python_gauss = getattr(self.python, "gauss_next", None)
+
+    def copy_from(self, buffers: "_StateCopy") -> None:
+        """Puts back the states copied to ``buffers``."""
+        self._numpy_bytes[:] = buffers.numpy
+        self._gauss_bytes[:] = buffers.numpy_gauss
+        self._python_bytes[:] = buffers.python
+        self.python.gauss_next = buffers.python_gauss
+
+
+class _StateCopy:
+    """A copy of both generators' states made by :meth:`_StateViews.copy_to`."""
+
+    def __init__(self, gauss_bytes: int):
+        self.numpy = bytearray(_MT19937_STATE_BYTES)
+        self.numpy_gauss = bytearray(gauss_bytes)
+        self.python = bytearray(_PYTHON_STATE_BYTES)
+        self.python_gauss: Optional[float] = None
 
 
 def _memory(address: int, size: int) -> memoryview:
@@ -223,31 +231,35 @@ def _memory(address: int, size: int) -> memoryview:
     return memoryview((ctypes.c_char * size).from_address(address)).cast("B")
 
 
-#: The views made last, or None before the first or where the states cannot be watched.
-_views_made: List[Optional[_StateViews]] = [None]
+#: The generators the views were made for last (numpy's, its bit generator, ``random``'s) and
+#: those views, None where the states cannot be watched.
+_NOT_MADE = (object(), object(), object())
+_views_made: List[Tuple[Tuple[Any, Any, Any], Optional[_StateViews]]] = [(_NOT_MADE, None)]
 _mtrand = np.random.mtrand
 
 
 def _state_views() -> Optional[_StateViews]:
     """The views of this process' global generators, made once (None where their layout is not
-    the one checked); made again should ``random``'s or numpy's global generator be replaced."""
-    views = _views_made[0]
+    the one checked, found once too); made again should ``random``'s or numpy's global generator
+    be replaced."""
     generator = getattr(_mtrand, "_rand", None)
-    if views is not None and views.numpy is generator and views.numpy_bits is generator._bit_generator \
-            and views.python is random._inst:
-        return views
     bits = getattr(generator, "_bit_generator", None)
-    numpy_at, python_at, flag = _numpy_state_memory(), _python_state_memory(), _gauss_flag_offset()
-    views = None if numpy_at is None or python_at is None or flag is None else \
-        _StateViews(generator, bits, numpy_at, id(generator) + flag, python_at)
-    _views_made[0] = views
+    python = random._inst
+    made_for, views = _views_made[0]
+    if made_for[0] is generator and made_for[1] is bits and made_for[2] is python:
+        return views
+    numpy_at, python_at, gauss = _numpy_state_memory(), _python_state_memory(), _gauss_memory()
+    views = None if numpy_at is None or python_at is None or gauss is None else \
+        _StateViews(numpy_at, id(generator) + gauss[0], gauss[1], python_at)
+    _views_made[0] = ((generator, bits, python), views)
     return views
 
 
-def _gauss_flag_offset() -> Optional[int]:
-    """Where numpy's legacy ``RandomState`` keeps its flag of a cached Gaussian, found on
-    generators of its own (the int that one normal draw sets and the next clears, as
-    ``get_state()`` reports it); None unless exactly one place fits."""
+def _gauss_memory() -> Optional[Tuple[int, int]]:
+    """Where numpy's legacy ``RandomState`` keeps its cached Gaussian: ``(offset of its flag,
+    bytes from the flag to the end of the value)``, found on generators of its own (the int that
+    one normal draw sets and the next clears, and the double after it that ``get_state()``
+    reports); None unless exactly one place fits each."""
     probe = np.random.RandomState(1)
     size = type(probe).__basicsize__
     offsets = range(object.__basicsize__, size - 3, 4)
@@ -263,13 +275,21 @@ def _gauss_flag_offset() -> Optional[int]:
     fits = [offset for offset, a, b, c in zip(offsets, empty, cached, spent) if a == 0 and b == 1 and c == 0]
     if len(fits) != 1:
         return None
+    flag = fits[0]
     check = np.random.RandomState(2)
+    value = None
     for _ in range(3):
         check.standard_normal()
-        state: Any = check.get_state()               # (the legacy tuple: its has_gauss is item 3)
-        if ctypes.c_int.from_address(id(check) + fits[0]).value != state[3]:
+        state: Any = check.get_state()           # (the legacy tuple: has_gauss, cached_gaussian last)
+        if ctypes.c_int.from_address(id(check) + flag).value != state[3]:
             return None
-    return fits[0]
+        if state[3]:
+            values = [at for at in (flag + 4, flag + 8) if at + 8 <= size
+                      and ctypes.c_double.from_address(id(check) + at).value == state[4]]
+            if len(values) != 1 or value not in (None, values[0]):
+                return None
+            value = values[0]
+    return None if value is None else (flag, value + 8 - flag)
 
 
 #: The bytes of numpy's MT19937 state: 624 32-bit words and the position in them.
@@ -278,8 +298,8 @@ _MT19937_STATE_BYTES = 624 * 4 + 4
 #: 624 32-bit words.
 _PYTHON_STATE_BYTES = 4 + 624 * 4
 _python_layout_checked: List[bool] = []
-#: Buffers of :class:`global_rngs_kept` not in use (list.pop/append: safe between threads).
-_spare_buffers: List[Tuple[Any, Any]] = []
+#: Copies of :class:`global_rngs_kept` not in use (list.pop/append: safe between threads).
+_spare_copies: List["_StateCopy"] = []
 
 
 def _snapshot(address: int, size: int) -> Any:
