@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import zmq
 
+from inputpipe.dataflow.tensorpack_records import decode_tensorpack_record
 from inputpipe.utils import serialize
 from inputpipe.utils.serialize import (
     DEFAULT_MAX_FRAMES,
@@ -476,6 +477,8 @@ def _head(dtype_name, length):
                                                  r"format \(it defines ext types 1 \(array\), 2"),
     (msgpack.packb([1, {"k": [msgpack.Timestamp(2 ** 40, 5)]}]), (), r"ext type -1 \(timestamp\)"),
     (msgpack.packb({msgpack.Timestamp(7): 1}), (), r"ext type -1 \(timestamp\)"),
+    (msgpack.packb([msgpack.ExtType(4, b""), 1, msgpack.Timestamp(3)]), (), r"ext type -1 \(timestamp\)"),  # a tuple
+    (msgpack.packb([{"a": [1, {2: msgpack.Timestamp(3)}]}]), (), r"ext type -1 \(timestamp\)"),
     (msgpack.packb(msgpack.Timestamp(2 ** 35, 1)), (), r"ext type -1 \(timestamp\)"),  # the 12-byte form
     (b"\xd4\xff\x00", (), r"malformed message body"),  # a timestamp of an invalid length
     (msgpack.packb([1, msgpack.ExtType(4, b"")]), (), r"a tuple mark appears outside the head of a list"),
@@ -490,6 +493,21 @@ def _head(dtype_name, length):
 def test_malformed_bodies_are_refused(body, frames, match):
     with pytest.raises(WireFormatError, match=match):
         loads_frames(_message_with_body(body, frames))
+
+
+# Every ext header of type -1 (msgpack's timestamp) in its encodings, as bytes of data.
+TIMESTAMP_LIKE = b"\xd6\xff\xd7\xff\xc7\x0c\xff\xc8\x00\x08\xff\xc9\x00\x00\x00\x04\xff" * 300
+
+
+def test_data_that_looks_like_timestamps_decodes_as_it_is():
+    small = np.frombuffer(TIMESTAMP_LIKE[:4000], np.uint8)
+    large = np.frombuffer(TIMESTAMP_LIKE * 4, np.uint8)
+    value = [small, large, TIMESTAMP_LIKE, TIMESTAMP_LIKE.decode("latin-1"), (small[:6], {b"\xd6\xff": 1})]
+    got = loads_frames(dumps_frames(value))
+    assert [a.tobytes() for a in got[:2]] == [small.tobytes(), large.tobytes()]
+    assert got[2:4] == value[2:4] and got[4][0].tobytes() == small[:6].tobytes() and got[4][1] == {b"\xd6\xff": 1}
+    record = msgpack.packb([TIMESTAMP_LIKE, {"k": TIMESTAMP_LIKE}], use_bin_type=True)
+    assert decode_tensorpack_record(record) == [TIMESTAMP_LIKE, {"k": TIMESTAMP_LIKE}]
 
 
 def test_deeply_nested_tuples_decode_without_recursion():

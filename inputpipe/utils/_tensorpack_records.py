@@ -31,7 +31,7 @@ import numpy as np
 
 from .compat import npz_array, pickle_loads, prod
 from ._pickle_policy import pickle_allowed, pickle_refusal
-from ._wire_decode import _TIMESTAMP_START, _refuse_timestamps
+from ._wire_decode import _Timestamp, holds_timestamp, timestamp_refused
 from ._wire_layout import _ALLOWED_DTYPES, WireFormatError, _lookup_dtype
 
 try:
@@ -100,6 +100,8 @@ class _MsgpackNumpyDecoder:
         self.what = what
 
     def object_hook(self, obj: dict) -> Any:
+        if holds_timestamp(obj) or holds_timestamp(obj.values()):
+            raise WireFormatError("{}: {}".format(self.what, timestamp_refused()))
         nd = obj.get(b"nd")
         if nd is True or nd is False:
             return _array(obj, self.what)
@@ -110,6 +112,11 @@ class _MsgpackNumpyDecoder:
             except ValueError:
                 raise WireFormatError("{}: malformed msgpack-numpy complex {!r}".format(self.what, text)) from None
         return obj
+
+    def list_hook(self, items: list) -> list:
+        if holds_timestamp(items):
+            raise WireFormatError("{}: {}".format(self.what, timestamp_refused()))
+        return items
 
     def ext_hook(self, code: int, data: bytes) -> Any:
         raise WireFormatError("{}: msgpack ext type {} in a tensorpack record (msgpack-numpy writes none)".format(
@@ -137,16 +144,13 @@ def decode_record(data: Any, allow_pickle: Optional[bool], what: str, max_bytes:
     decoder = _MsgpackNumpyDecoder(what)
     try:
         obj = _unpackb(data, raw=False, strict_map_key=False, object_hook=decoder.object_hook,
-                       ext_hook=decoder.ext_hook)
+                       list_hook=decoder.list_hook, ext_hook=decoder.ext_hook)
     except WireFormatError:
         raise
     except Exception as err:  # msgpack's own errors, bad UTF-8, unhashable keys, deep nesting
         raise NotARecordError(what, "{}: {}".format(type(err).__name__, str(err) or "invalid msgpack data")) from None
-    if _TIMESTAMP_START.search(data) is not None:
-        try:
-            _refuse_timestamps(obj)
-        except WireFormatError as err:
-            raise WireFormatError("{}: {}".format(what, err)) from None
+    if type(obj) is _Timestamp:
+        raise WireFormatError("{}: {}".format(what, timestamp_refused()))
     return obj
 
 
