@@ -200,3 +200,43 @@ def test_an_auto_buffer_holds_no_more_results_than_the_memory_budget_leaves_room
     # the task time alone asks for more than the room holds: the budget is what holds it
     assert measured_seconds is not None and 2 * min(32, 0.05 / max(measured_seconds, 1e-9)) > 18
     assert df.num_workers == 2          # (the policy's count fits: the budget held the buffer)
+
+
+def eight_megabytes(dp):
+    return [np.full(8 << 20, dp[0] % 251, np.uint8)]
+
+
+def test_0_workers_is_tried_only_where_the_budget_has_room_for_the_consumers_own_results():
+    """At 0 workers the parked workers keep their memory and the consumer's thread holds results
+    of its own beside it (the one it maps, the one its consumer holds): the controller lets the
+    inline policy try 0 only where the budget has room for both (within its growth headroom)."""
+    from inputpipe.dataflow._parallel.autoscale_settings import Measurement
+    from inputpipe.dataflow.autoscale import GROWTH_HEADROOM
+
+    df = MultiProcessMapData(Forever(), "auto", eight_megabytes, buffer_size=2)
+    df.reset_state()
+    with df:
+        itr = iter(df)
+        for _ in range(4):
+            assert next(itr)[0].nbytes == 8 << 20
+        controller = df._controller
+        mine, per_worker = df._scaling_memory(True)
+        assert df._result_bytes >= 8 << 20 and mine >= 8 << 20
+        # (the reading as it was: a worker's memory moves by a result while it maps one)
+        df._scaling_memory = lambda precise=False: (mine, per_worker)
+        m = Measurement(seconds=0.5, workers=1, wait_share=0.9, busy_share=0.95, delivered_per_s=100.0,
+                        demand_per_s=None, task_seconds=0.01, cpus_used=None, memory_bytes=mine,
+                        consumer_seconds=0.001, send_share=0.5)
+        tight = int((mine + 2 * df._result_bytes) / GROWTH_HEADROOM) - (1 << 20)   # 1 MiB short of the room
+        for budget, want in ((tight, 1), (tight + (8 << 20), 0)):
+            resources.set_budget(cpus=2, memory_bytes=budget)
+            controller._inline_move = True
+            target, reason = controller._within_budget(m, 0, "inline: try the consumer's thread")
+            assert target == want, (budget, mine, reason)
+            if want:
+                assert reason.startswith("inline: not tried: ") and reason.endswith(
+                    "MB with the consumer's thread's results would pass 90% of the {} MB memory budget".format(
+                        budget >> 20))
+            else:
+                assert reason == "inline: try the consumer's thread"
+        itr.close()

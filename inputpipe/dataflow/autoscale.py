@@ -54,7 +54,7 @@ from typing import Any, Deque, Optional, Tuple
 from ..utils import resources
 from ..utils.cpu_idle import IdleCpus
 from ..utils.logger import get_logger
-from ._parallel.inline_policy import REASON as INLINE_REASON, InlinePolicy
+from ._parallel.inline_policy import INLINE_RESULTS_HELD, REASON as INLINE_REASON, InlinePolicy
 from ._parallel.autoscale_settings import (AUTO, BUDGET_REFRESH, WORK_CHANGED, START_WORKERS, WORKERS_PER_CPU, Autoscale,
                                            Measurement, WorkerCountChange, auto_stages, buffer_setting, stage_name,
                                            worker_count, rate_text)
@@ -439,6 +439,18 @@ class Controller:
         if budget is not None and target > n and not self.stage._memory_measured():
             # what one more worker takes is not known before a result was measured
             return n, "{} (memory budget {} MB: waiting for a result to measure)".format(reason, budget >> 20)
+        if budget is not None and self._inline_move and target == 0 < n:
+            # at 0 workers the parked workers keep their memory and the consumer's thread holds
+            # results of its own beside it
+            inline_bytes = INLINE_RESULTS_HELD * (getattr(self.stage, "_result_bytes", None) or 0)
+            mine = m.memory_bytes
+            room = int(budget * GROWTH_HEADROOM)
+            if mine + other_memory + inline_bytes > room:
+                mine = self.claimed_memory = self.stage._scaling_memory(True)[0]
+            if mine + other_memory + inline_bytes > room:
+                return n, "{}: not tried: {} MB with the consumer's thread's results would pass {:.0%} of the {} MB " \
+                          "memory budget".format(INLINE_REASON, (mine + other_memory + inline_bytes) >> 20,
+                                                 GROWTH_HEADROOM, budget >> 20)
         if budget is not None:
             mine, per_worker = m.memory_bytes, self._per_worker_memory
             room_to_grow = int(budget * GROWTH_HEADROOM)

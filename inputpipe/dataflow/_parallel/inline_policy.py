@@ -15,9 +15,11 @@ as alone), so the controller tries 0 workers, when
   the stage for its memory budget);
 - a worker's time per task is at most :data:`MOST_RESULTS_A_TASK` results' time (the stage runs
   about two workers' worth or less: with more, the consumer's thread alone cannot keep up, and
-  a trial that fails loses at most part of an interval), and
+  a trial that fails loses at most part of an interval),
 - the consumer's own time per result (between taking one and asking for the next) leaves room
-  for :data:`INLINE_GAIN` more results than the workers deliver;
+  for :data:`INLINE_GAIN` more results than the workers deliver, and
+- a memory budget, where one is set, has room for :data:`INLINE_RESULTS_HELD` results beside
+  the memory the parked workers keep (the controller checks it);
 
 and measures: a rate below the one before is undone (at once when clearly below, after a second
 interval when close: :data:`JUDGED_INTERVALS`, :data:`CLEAR_LOSS`), and 0 stays out of reach for a
@@ -38,7 +40,7 @@ from typing import Any, List, Optional, Tuple
 
 from .autoscale_settings import WORK_CHANGED, rate_text
 
-__all__ = ["InlinePolicy", "INLINE_GAIN", "LEAST_RESULT_BYTES", "LEAST_SEND_SHARE", "MOST_RESULTS_A_TASK",
+__all__ = ["InlinePolicy", "INLINE_GAIN", "INLINE_RESULTS_HELD", "LEAST_RESULT_BYTES", "LEAST_SEND_SHARE", "MOST_RESULTS_A_TASK",
            "BACKOFF_INTERVALS", "BACKOFF_MOST", "RISE_INTERVALS", "JUDGED_INTERVALS", "CLEAR_LOSS"]
 
 #: 0 workers is tried while the workers spend at least this share of their busy time sending ...
@@ -51,6 +53,9 @@ LEAST_RESULT_BYTES = 1 << 16
 MOST_RESULTS_A_TASK = 2.5
 #: ... and the consumer's own time per result leaves room for this share more results.
 INLINE_GAIN = 0.1
+#: Results the consumer's thread holds at 0 workers beside the parked workers' memory (the one it
+#: maps and the one its consumer still holds), checked against the memory budget before 0 is tried.
+INLINE_RESULTS_HELD = 2
 #: The workers, tried again, must deliver this share more than the consumer's thread did.
 WORKERS_GAIN = 0.02
 #: Intervals before 0 workers is tried again, and before the workers are
