@@ -211,6 +211,7 @@ def test_0_workers_is_tried_only_where_the_budget_has_room_for_the_consumers_own
     of its own beside it (the one it maps, the one its consumer holds): the controller lets the
     inline policy try 0 only where the budget has room for both (within its growth headroom)."""
     from inputpipe.dataflow._parallel.autoscale_settings import Measurement
+    from inputpipe.dataflow._parallel.inline_policy import BACKOFF_INTERVALS
     from inputpipe.dataflow.autoscale import GROWTH_HEADROOM
 
     df = MultiProcessMapData(Forever(), "auto", eight_megabytes, buffer_size=2)
@@ -237,6 +238,11 @@ def test_0_workers_is_tried_only_where_the_budget_has_room_for_the_consumers_own
                 assert reason.startswith("inline: not tried: ") and reason.endswith(
                     "MB with the consumer's thread's results would pass 90% of the {} MB memory budget".format(
                         budget >> 20))
+                # the policy asks again only after a while (each check reads the workers' memory)
+                now = controller.decisions
+                assert controller._inline.decide(m, df, now + 1, 100.0) is None
+                assert controller._inline.decide(m, df, now + BACKOFF_INTERVALS - 1, 100.0) is None
+                assert controller._inline.decide(m, df, now + BACKOFF_INTERVALS, 100.0)[0] == 0
             else:
                 assert reason == "inline: try the consumer's thread"
         itr.close()

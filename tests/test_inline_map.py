@@ -546,6 +546,18 @@ def test_0_workers_is_undone_when_slower_and_tried_again_after_a_doubling_while(
     assert waits[1] - waits[0] >= BACKOFF_INTERVALS and waits[2] - waits[1] >= 2 * BACKOFF_INTERVALS
 
 
+def test_a_move_to_0_the_controller_refused_is_asked_again_after_a_doubling_while():
+    policy, stage = InlinePolicy(), FakeStage()
+    asked = []
+    for decision in range(8 * BACKOFF_INTERVALS):
+        move = policy.decide(measured(2, 2000), stage, decision, 2000)
+        if move is not None:
+            assert move[0] == 0 and move[1].startswith("inline: try the consumer's thread")
+            asked.append(decision)
+            policy.refused(decision)       # (the memory budget had no room)
+    assert asked == [0, BACKOFF_INTERVALS, 3 * BACKOFF_INTERVALS, 7 * BACKOFF_INTERVALS]
+
+
 def test_a_close_call_at_0_workers_is_judged_on_two_intervals():
     policy, stage = InlinePolicy(), FakeStage()
     assert policy.decide(measured(2, 2000), stage, 0, 2000)[0] == 0

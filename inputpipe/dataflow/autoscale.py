@@ -448,6 +448,8 @@ class Controller:
             if mine + other_memory + inline_bytes > room:
                 mine = self.claimed_memory = self.stage._scaling_memory(True)[0]
             if mine + other_memory + inline_bytes > room:
+                if self._inline is not None:
+                    self._inline.refused(self.decisions)
                 return n, "{}: not tried: {} MB with the consumer's thread's results would pass {:.0%} of the {} MB " \
                           "memory budget".format(INLINE_REASON, (mine + other_memory + inline_bytes) >> 20,
                                                  GROWTH_HEADROOM, budget >> 20)

@@ -19,7 +19,8 @@ as alone), so the controller tries 0 workers, when
 - the consumer's own time per result (between taking one and asking for the next) leaves room
   for :data:`INLINE_GAIN` more results than the workers deliver, and
 - a memory budget, where one is set, has room for :data:`INLINE_RESULTS_HELD` results beside
-  the memory the parked workers keep (the controller checks it);
+  the memory the parked workers keep (the controller checks it, and a move it refuses is backed
+  off like a trial that failed: :meth:`InlinePolicy.refused`);
 
 and measures: a rate below the one before is undone (at once when clearly below, after a second
 interval when close: :data:`JUDGED_INTERVALS`, :data:`CLEAR_LOSS`), and 0 stays out of reach for a
@@ -120,6 +121,13 @@ class InlinePolicy:
         return 0, "{}: try the consumer's thread: {} workers deliver {}/s, {:.2f} ms of work a task ({:.0%} " \
                   "sending it); the consumer's own {:.3f} ms a result".format(
                       REASON, m.workers, rate_text(rate), 1e3 * m.task_seconds, m.send_share, 1e3 * own)
+
+    def refused(self, decisions: int) -> None:
+        """The controller did not make the move to 0 just proposed (the memory budget had no room
+        for it): ask again only after a while, doubled at each refusal like an undone trial (each
+        check of the budget reads the workers' memory precisely)."""
+        self._trial = None
+        self._back_off(decisions)
 
     def _judge(self, m: Any, decisions: int) -> Optional[Tuple[int, str]]:
         kind, rate_before, count_before = self._trial or ("", 0.0, 0)
