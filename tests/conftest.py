@@ -7,6 +7,8 @@ import time
 import psutil
 import pytest
 
+from fresh_python import ZYGOTE_PIDS
+
 # pytest-timeout's timer around setup and teardown too (pytest.ini times the call phase)
 from timeout_phases import pytest_runtest_setup, pytest_runtest_teardown  # noqa: F401
 
@@ -56,6 +58,8 @@ def _our_threads():
 def _our_children():
     children = set()
     for child in psutil.Process().children(recursive=True):
+        if child.pid in ZYGOTE_PIDS:        # (tests/fresh_python.py: what they fork is counted)
+            continue
         try:
             cmdline = " ".join(child.cmdline())
             if child.status() == psutil.STATUS_ZOMBIE:

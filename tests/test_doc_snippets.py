@@ -8,11 +8,12 @@ checks that every such mark gives a reason.
 """
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from fresh_python import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 PRELUDE = Path(__file__).resolve().parent / "doc_snippets" / "prelude.py"
@@ -70,8 +71,8 @@ def test_page_snippets_run(page, tmp_path):
     script = tmp_path / "snippets.py"
     script.write_text("\n".join(code), encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=str(REPO), INPUTPIPE_REPO=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env, capture_output=True,
-                          text=True, timeout=180)
+    proc = run_python([sys.executable, str(script)], cwd=str(tmp_path), env=env, capture_output=True,
+                      text=True, timeout=180)
     assert proc.returncode == 0, "{} failed:\n{}".format(page.relative_to(REPO), proc.stderr[-4000:])
 
 

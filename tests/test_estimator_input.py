@@ -209,11 +209,12 @@ def test_close_stops_the_reader_thread_and_workers_and_input_fn_after_close_is_a
                     reason="this TensorFlow has tf.estimator: test_estimator_tf.py runs the example")
 def test_the_estimator_example_says_which_stack_it_needs():
     import os
-    import subprocess
     import sys
+
+    from fresh_python import run_python
     example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
                            "train_estimator.py")
-    proc = subprocess.run([sys.executable, example], capture_output=True, text=True, timeout=120)
+    proc = run_python([sys.executable, example], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "tf.estimator is not part of TensorFlow" in proc.stderr and "tensorflow-estimator==2.15" in proc.stderr
 

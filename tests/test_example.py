@@ -2,11 +2,12 @@
 import math
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from fresh_python import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "examples" / "train_resnet.py"
@@ -31,7 +32,7 @@ def run_example(tmp_path, *args, timeout=RUN_TIMEOUT, compare=False):
            "--logdir", str(tmp_path / "logs")] + TINY + list(args)
     if "--compare" not in args and not compare:
         cmd.append("--no-compare")
-    return subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=timeout)
+    return run_python(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def error_lines(proc):

@@ -2,12 +2,13 @@
 wording, --help, and the one-line errors for a missing lmdb package and a corrupt image."""
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from fresh_python import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -117,8 +118,8 @@ def test_comparison_without_feed_is_relative_to_the_first_input():
 def _run_script(args, env_extra=None, timeout=60):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, str(EXAMPLES / "train_resnet.py")] + list(args), env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_python([sys.executable, str(EXAMPLES / "train_resnet.py")] + list(args), env=env,
+                      capture_output=True, text=True, timeout=timeout)
 
 
 def _option_helps(text):

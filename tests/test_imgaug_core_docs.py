@@ -1,10 +1,11 @@
 """The code in docs/image_augmentation.md runs, in order, and its assertions hold."""
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from fresh_python import run_python
 
 pytest.importorskip("cv2")
 
@@ -16,8 +17,8 @@ def test_image_augmentation_page_code_runs():
     found = re.findall(r"(<!-- not run[^\n]*-->\n)?```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
     blocks = [code for marker, code in found if not marker]      # a block marked "not run" needs a dataset
     assert len(blocks) == 12 and len(found) == 13
-    proc = subprocess.run([sys.executable, "-c", "\n".join(blocks)], cwd=str(REPO), capture_output=True,
-                          text=True, timeout=240)
+    proc = run_python([sys.executable, "-c", "\n".join(blocks)], cwd=str(REPO), capture_output=True,
+                      text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 

@@ -3,7 +3,6 @@ has only TensorFlow: the checkpoint's restore is plain TensorFlow (the Python fu
 encodes the position at save time exists only in the training process), so a meta graph from the
 training graph and a SavedModel of it load for inference, feeding the model's input tensor."""
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -14,6 +13,7 @@ import tensorflow as tf
 from inputpipe.dataflow import DataFromList
 from inputpipe.input_source import QueueInput, StagingInput, hooked_session
 
+from fresh_python import run_python
 from input_source_helpers import feeding_threads
 
 pytestmark = pytest.mark.timeout(300)
@@ -74,8 +74,8 @@ def test_the_training_graph_restores_for_inference_in_a_process_without_inputpip
         assert x_name == "QueueInput/input_deque:0"        # tensorpack's name, which restoring code feeds
     expected = (np.array([[1.0, 2.0]], np.float32) @ trained).ravel().tolist()
     assert trained.ravel().tolist() == [2.5, 2.5]
-    done = subprocess.run([sys.executable, "-c", _LOADER, checkpoint, export, x_name, y_name], capture_output=True,
-                          text=True, timeout=240, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    done = run_python([sys.executable, "-c", _LOADER, checkpoint, export, x_name, y_name], capture_output=True,
+                      text=True, timeout=240, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert done.returncode == 0, done.stderr[-3000:]
     results = [line for line in done.stdout.splitlines() if line.startswith("RESULT")]
     assert results == ["RESULT {} {} False".format(kind, expected) for kind in ("meta", "new_saver", "saved_model")], \
