@@ -13,11 +13,21 @@ warm-up; the loaders take turns for ``--repeats`` rounds and the best round of e
     pip install -e ".[bench]" && python benchmarks/bench_ipc.py
 
 Prints a table and writes ``benchmarks/results/ipc.json``.
+
+``--small`` measures the other end: what one small result costs to move. A map of two workers
+over a trivial function gives ``--datapoints`` results of two ints, then of two ints and a
+32x32x3 uint8 image (3 KiB), through inputpipe's process map and, in the same run, its thread
+map, PyTorch's ``DataLoader`` (a map-style dataset, ``batch_size=None``, two workers) and
+tensorpack's ``MultiProcessMapDataZMQ`` where installed. Reported: results per second, the
+consumer process' CPU per result (all its threads: sending the tasks, waiting, decoding) and
+the CPU of consumer and workers together per result; median of ``--repeats`` rounds in turn.
+Writes ``benchmarks/results/ipc_small.json``.
 """
 import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 import warnings
@@ -125,12 +135,161 @@ def time_tensorpack(batches):
         df.__del__()
 
 
+# ------------------------------------------------------------------ --small: the cost of one result
+
+IMAGE = np.zeros((32, 32, 3), np.uint8)
+
+
+def small_result(dp):
+    return [dp[0], 7]
+
+
+def small_result_with_image(dp):
+    return [dp[0], 7, IMAGE]
+
+
+class Indexes(DataFlow):
+    def __init__(self, count):
+        self.count = count
+
+    def __len__(self):
+        return self.count
+
+    def __iter__(self):
+        for index in range(self.count):
+            yield [index]
+
+
+def _children_cpu():
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def _time_small(make_iterator, datapoints, close):
+    """(results/s, consumer CPU s, consumer + workers CPU s) over ``datapoints`` results after a warm-up."""
+    iterator = make_iterator()
+    try:
+        for _ in range(WARMUP * 100):
+            next(iterator)
+        workers, cpu, start = _children_cpu(), time.process_time(), time.perf_counter()
+        for _ in range(datapoints):
+            result = next(iterator)
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        workers = _children_cpu() - workers
+        assert len(result) >= 2
+        return datapoints / elapsed, cpu, cpu + workers
+    finally:
+        close()
+
+
+def small_inputpipe(kind, func, datapoints):
+    from inputpipe.dataflow import MultiProcessMapData, MultiThreadMapData
+
+    make = MultiProcessMapData if kind == "processes" else MultiThreadMapData
+    df = make(Indexes(10 ** 9), 2, func)
+    df.reset_state()
+    return _time_small(lambda: iter(df), datapoints, df.close)
+
+
+def small_torch(func, datapoints):
+    from torch.utils.data import DataLoader, Dataset
+
+    class Mapped(Dataset):
+        def __len__(self):
+            return 10 ** 9
+
+        def __getitem__(self, index):
+            return func([index])
+
+    loader = iter(DataLoader(Mapped(), batch_size=None, num_workers=2))
+    return _time_small(lambda: loader, datapoints, loader._shutdown_workers)
+
+
+def small_tensorpack(func, datapoints):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from tensorpack.dataflow import DataFlow as TPDataFlow
+        from tensorpack.dataflow import MultiProcessMapDataZMQ as TPMap
+
+    class TPIndexes(TPDataFlow):
+        def __iter__(self):
+            index = 0
+            while True:
+                yield [index]
+                index += 1
+
+    df = TPMap(TPIndexes(), num_proc=2, map_func=func)
+    df.reset_state()
+    return _time_small(lambda: iter(df), datapoints, df.__del__)
+
+
+def _installed(module):
+    try:
+        __import__(module)
+        return True
+    except ImportError:
+        return False
+
+
+def main_small(args):
+    payloads = [("two ints", small_result), ("two ints + 3 KiB image", small_result_with_image)]
+    loaders = [("inputpipe MultiProcessMapData (2 processes)", lambda f, n: small_inputpipe("processes", f, n)),
+               ("inputpipe MultiThreadMapData (2 threads)", lambda f, n: small_inputpipe("threads", f, n))]
+    if _installed("torch"):
+        loaders.append(("PyTorch DataLoader (2 workers)", small_torch))
+    if _installed("tensorpack"):
+        loaders.append(("tensorpack MultiProcessMapDataZMQ (2 processes)", small_tensorpack))
+    runs = {(payload, name): [] for payload, _ in payloads for name, _ in loaders}
+    for round_ in range(args.repeats):
+        for payload, func in payloads:
+            for name, run in loaders:            # in turn: the host's load hits every loader alike
+                rate, consumer, total = run(func, args.datapoints)
+                runs[payload, name].append((rate, consumer / args.datapoints * 1e6, total / args.datapoints * 1e6))
+                print("round {} {} / {}: {:.0f}/s, consumer {:.1f} us a result, with the workers {:.1f}".format(
+                    round_, payload, name, *runs[payload, name][-1]), flush=True)
+    rows, results = [], {}
+    for payload, _ in payloads:
+        ours = statistics.median(r[0] for r in runs[payload, loaders[0][0]])
+        for name, _ in loaders:
+            rates, consumer, total = zip(*runs[payload, name])
+            median = statistics.median(rates)
+            results.setdefault(payload, {})[name] = {
+                "results_per_s": median, "rates": rates, "consumer_us_per_result": statistics.median(consumer),
+                "total_us_per_result": statistics.median(total)}
+            rows.append([payload, name, "{:,.0f} ({:,.0f}-{:,.0f})".format(median, min(rates), max(rates)),
+                         "{:.0f}".format(statistics.median(consumer)), "{:.0f}".format(statistics.median(total)),
+                         "{:.2f}".format(ours / median)])
+    print()
+    print(tabulate(rows, headers=["result", "loader", "results/s median (min-max)", "consumer CPU us/result",
+                                  "all CPU us/result", "inputpipe processes / this"], tablefmt="github"))
+    out = args.out or os.path.join(HERE, "results", "ipc_small.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"benchmark": "ipc_small", "datapoints": args.datapoints, "repeats": args.repeats,
+                   "results": results, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                                   "python": platform.python_version()}}, f, indent=2)
+    print("wrote", out)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default=os.path.join(HERE, "results", "ipc.json"))
+    parser.add_argument("--small", action="store_true", help="the cost of one small result (see the module doc)")
+    parser.add_argument("--datapoints", type=int, default=20000, help="--small: results timed per run")
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    if args.small:
+        return main_small(args)
+    args.out = args.out or os.path.join(HERE, "results", "ipc.json")
 
     nbytes = int(np.prod(SHAPE))
     loaders = [("memcpy (np.copyto, 1 thread)", time_memcpy),
