@@ -11,6 +11,10 @@ and its interpreter's normal exit (``atexit`` handlers, non-daemon threads joine
 with TensorFlow (and numpy) already imported, as a script that imports them first would have
 them; numpy's global generator and Python's ``random`` are reseeded from the OS.
 
+Only for scripts that import TensorFlow: one that does not starts and ends faster in a new
+interpreter (a process holding TensorFlow takes about 1 s to exit, and every process it forks,
+a parallel map's workers, copies its larger page tables).
+
 What cannot be the same falls back to ``subprocess.run``: an interpreter other than
 ``sys.executable``, options other than ``-c``/``-m``/``-W``, standard input, and environment
 variables that TensorFlow or the interpreter read when they start (``TF_*``, ``CUDA_*``,

@@ -1,10 +1,9 @@
 """The tuning section of docs/doctor.md runs as written, and the output it shows is what the code
 prints (up to the numbers)."""
 import re
+import subprocess
 import sys
 from pathlib import Path
-
-from fresh_python import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "doctor.md"
@@ -26,7 +25,7 @@ def test_tuning_example_runs_and_prints_what_the_page_shows():
     section = _section()
     code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
     shown = re.search(r"```text\n(.*?)```", section, flags=re.S).group(1)
-    proc = run_python([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]      # (what tune() printed says why)
     printed = [line for line in proc.stdout.splitlines()       # (the trials' notes depend on the load)
                if not line.startswith(("The trial ran", "The first choice ran"))]
@@ -47,7 +46,7 @@ def test_the_split_example_runs_and_prints_what_the_page_shows():
     section = _section()
     code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[1]
     shown = re.findall(r"```text\n(.*?)```", section, flags=re.S)[1].rstrip("\n").splitlines()
-    proc = run_python([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     printed = proc.stdout.splitlines()
     assert re.fullmatch(r"Multi(Process|Thread)MapData \d+", printed[0]), printed
