@@ -64,6 +64,8 @@ def _our_children():
             cmdline = " ".join(child.cmdline())
             if child.status() == psutil.STATUS_ZOMBIE:
                 continue
+            if not cmdline and child.memory_info().rss == 0:
+                continue        # exiting: its memory is gone, it runs no more code (seen for over 3 s under load)
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             continue
         if any(marker in cmdline for marker in _FOREIGN_PROCESS_MARKERS):
