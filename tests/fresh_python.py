@@ -133,7 +133,7 @@ class _Zygote:
         pid = self._read(60, "forked the script")["pid"]
         try:
             return self._read(float("inf") if timeout is None else timeout, "seen the script end")["status"]
-        except TimeoutError:
+        except BaseException:          # its timeout, or the test's own (pytest-timeout) while it waited
             _kill_tree(pid)
             self._read(60, "reaped the killed script")
             raise
@@ -208,6 +208,10 @@ def run_python(args, *, cwd=None, env=None, capture_output=False, text=False, ti
                 status = zygote.run(request, timeout)
             except TimeoutError:
                 raise subprocess.TimeoutExpired(args, timeout, _read_bytes(out), _read_bytes(err)) from None
+            except BaseException:      # the zygote broke (or the test was stopped): the next call starts another
+                del _zygotes[start_up]
+                zygote.close()
+                raise
             stdout, stderr = _decode(_read_bytes(out), text), _decode(_read_bytes(err), text)
     proc = subprocess.CompletedProcess(args, status, stdout, stderr)
     if check:

@@ -2,6 +2,7 @@
 script's own arguments, directory, environment, streams, exit status, interpreter exit and
 timeout, in a process forked from a zygote that imported TensorFlow."""
 import os
+import signal
 import subprocess
 import sys
 
@@ -77,3 +78,23 @@ def test_start_up_settings_no_zygote_has_and_other_interpreter_options_run_in_an
     other = run_python([sys.executable, "-c", "import os; print(os.getppid(), os.environ['OMP_NUM_THREADS'])"],
                        env=env, capture_output=True, text=True, timeout=120)
     assert other.stdout.split() == [str(os.getpid()), "1"]
+
+
+def test_a_test_stopped_while_its_script_runs_kills_the_script_and_the_next_call_works():
+    class Stopped(Exception):
+        pass
+
+    def stop(*_):
+        raise Stopped()
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.5)         # (as pytest-timeout's signal method would)
+        with pytest.raises(Stopped):
+            run_python([sys.executable, "-c", "import time; time.sleep(60)"], capture_output=True, timeout=120)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    proc = run_python([sys.executable, "-c", "print('next')"], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (0, "next\n")
+    # (the leak check of tests/conftest.py fails the test if the stopped script lived on)
