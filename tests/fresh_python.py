@@ -98,7 +98,6 @@ class _Zygote:
         self.process = subprocess.Popen([sys.executable, _ZYGOTE_SCRIPT], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self._log, env=env)
         ZYGOTE_PIDS.add(self.process.pid)
-        self.start_up = start_up
         try:
             self._read(START_TIMEOUT, "imported TensorFlow")
         except BaseException:
