@@ -110,20 +110,20 @@ def test_an_array_made_in_a_workers_shared_memory_is_sent_without_a_copy_and_an_
 
         batch = worker.shared_empty((8, 128, 128, 3), np.uint8)
         batch[:] = np.arange(8, dtype=np.uint8)[:, None, None, None]
-        copier, worker._copier.copy = worker._copier.copy, no_copy
+        copier, worker._segment._copier.copy = worker._segment._copier.copy, no_copy
         worker.send_datapoint([batch[:5], 3])
-        worker._copier.copy = copier
+        worker._segment._copier.copy = copier
         kind, (images, label) = parent.receive()
         assert kind == "data" and label == 3 and images.shape == (5, 128, 128, 3)
         assert images[:, 0, 0, 0].tolist() == [0, 1, 2, 3, 4]
         unsent = worker.shared_empty((8, 128, 128, 3), np.uint8)
-        region, = worker._prepared.values()
+        region, = worker._segment.prepared.values()
         worker.send_datapoint([np.ones((128, 128, 3), np.uint8)])      # copied: the prepared one is freed
-        assert worker._prepared == {} and parent._states[region[0]] == channel._FREE
+        assert worker._segment.prepared == {} and parent._states[region[0]] == channel._FREE
         kind, (ones,) = parent.receive()
         assert ones.sum() == 128 * 128 * 3 and unsent.shape == (8, 128, 128, 3)
         small = worker.shared_empty((4, 4), np.float32)            # too small for shared memory: an ordinary array
-        assert worker._prepared == {} and small.ctypes.data % 64 == 0
+        assert worker._segment.prepared == {} and small.ctypes.data % 64 == 0
     finally:
         parent.close()
         spec.close_in_parent()

@@ -426,7 +426,7 @@ def _child_reports_fds(dp):
     os.waitpid(child, 0)
     end, = [o for o in gc.get_objects() if type(o).__name__ == "WorkerEnd"]     # this worker's channel
     with open(dp[0]) as f:
-        return [_fd_targets(), json.load(f), [str(end._conn.fileno()), str(end._commands.fileno()), str(end._fd)]]
+        return [_fd_targets(), json.load(f), [str(end._conn.fileno()), str(end._commands.fileno()), str(end._segment.fd)]]
 
 
 def test_another_thread_forking_while_a_pool_starts_does_not_delay_the_report_of_a_dead_worker(tmp_path):

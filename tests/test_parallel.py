@@ -133,10 +133,10 @@ def test_large_arrays_arrive_intact_and_writable_even_when_the_consumer_keeps_th
 
 
 def test_shared_memory_regions_are_placed_first_fit_and_reused_as_soon_as_freed():
-    unit = channel.SHM_MIN_BYTES
-    states = channel._table(bytearray(channel._table_bytes(4 * unit)), 4 * unit)
+    unit = region_allocator.SHM_MIN_BYTES
+    states = region_allocator.table(bytearray(region_allocator.table_bytes(4 * unit)), 4 * unit)
     assert len(states) == 5                                    # a slot for every region that fits
-    regions = channel._Regions(states, 4 * unit)
+    regions = region_allocator.Regions(states, 4 * unit)
     a, b, c = (regions.allocate(unit) for _ in range(3))
     assert [a[1], b[1], c[1]] == [0, unit, 2 * unit] and regions.awaiting_receipt()
     assert regions.allocate(2 * unit) is None                 # 1 unit left at the end
@@ -174,9 +174,9 @@ def test_arrays_large_enough_for_the_two_thread_copy_arrive_byte_for_byte(shm_di
 
 
 def _regions(units: int):
-    unit = channel.SHM_MIN_BYTES
-    states = channel._table(bytearray(channel._table_bytes(units * unit)), units * unit)
-    return states, channel._Regions(states, units * unit), unit
+    unit = region_allocator.SHM_MIN_BYTES
+    states = region_allocator.table(bytearray(region_allocator.table_bytes(units * unit)), units * unit)
+    return states, region_allocator.Regions(states, units * unit), unit
 
 
 def test_new_regions_go_where_memory_was_released_most_recently():

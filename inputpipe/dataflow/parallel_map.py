@@ -218,18 +218,27 @@ ThreadedMapData = MultiThreadMapData
 
 # ----------------------------------------------------------------------------------- processes
 
+#: A worker process sends its small results together (one message for several: see
+#: :meth:`~inputpipe.utils.channel.WorkerEnd.hold_datapoint`) as long as the oldest would wait no
+#: longer than this for the next one; it sends them at once when it has no task left.
+HOLD_RESULTS_SECONDS = 0.004
+
+
 def _serve_map(rank: int, end, map_func: Callable, batch_size: Optional[int]) -> None:
-    """Worker process of :class:`MultiProcessMapData`: answer ``[generation, ticket, task]``
-    commands with ``[generation, ticket, result]``."""
+    """Worker process of :class:`MultiProcessMapData`: answer each task ``[generation, ticket,
+    payload]`` of a command (a list of tasks) with ``[generation, ticket, result]``."""
+    task_seconds = 0.0                 # the latest task's time: the next one's expected time
     while True:
-        command = end.receive_command(POLL_INTERVAL)
-        if command is not None:
+        command = end.receive_command(POLL_INTERVAL)   # (sends the results held before it waits)
+        for generation, ticket, task in command or ():
             started = time.perf_counter()
-            generation, ticket, task = command
             result = _apply(map_func, batch_size, task, ticket, reseed_global=True, allocate=end.shared_empty)
-            end.count_work(time.perf_counter() - started, 1)
             sending = time.perf_counter()
-            end.send_datapoint([generation, ticket, result])
+            task_seconds = sending - started
+            end.count_work(task_seconds, 1)
+            end.hold_datapoint([generation, ticket, result], HOLD_RESULTS_SECONDS)
+            if end.held_seconds() + task_seconds > HOLD_RESULTS_SECONDS:
+                end.send_held()
             end.count_work(time.perf_counter() - sending, sending=True)
 
 
@@ -297,6 +306,7 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
                                 start_method, shm_bytes)
         self._pool_changes = 0
         self._clocks = WorkerClocks(process_schedstat)
+        self._outbox: Dict[int, List[Any]] = {}     # rank -> tasks submitted, sent together by _fill
 
     @property
     def num_proc(self) -> int:
@@ -308,7 +318,12 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
         self._pool.start()
 
     def _submit(self, rank: int, task: Any) -> None:
-        self._pool.send(rank, task)
+        self._outbox.setdefault(rank, []).append(task)
+
+    def _send_submitted(self) -> None:
+        outbox, self._outbox = self._outbox, {}
+        for rank, tasks in outbox.items():
+            self._pool.send(rank, tasks)
 
     def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
         return "worker {}".format(rank), self._pool.pid_of(rank)
@@ -367,6 +382,9 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
 
     def _receive(self, timeout: float):
         return self._pool.receive(timeout)
+
+    def _receive_received(self):
+        return self._pool.take_received()
 
     def close(self) -> None:
         """Stop the workers (within about a second), free their pipes and shared memory, and

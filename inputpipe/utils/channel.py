@@ -54,25 +54,24 @@ Example::
     # in the worker:  end = worker_spec.open(); end.send_datapoint([np.zeros(10)])
     # in the parent:  kind, value = parent_end.receive()
 """
-import errno
-import mmap
 import multiprocessing as mp
 import os
 from multiprocessing import reduction
 import queue
+import threading
 import time
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _shm_files as shm_files, fork_guard, serialize
-from .concurrency import StoppableThread
+from .concurrency import POLL_INTERVAL, StoppableThread
 from .buffers import aligned_empty
-from .compat import madvise
-from .copying import ParallelCopier
-from ._regions import FREE as _FREE, RECEIVED as _RECEIVED, SHM_MIN_BYTES, Regions as _Regions
-from ._regions import aligned as _aligned, table as _table, table_bytes as _table_bytes
+from ._regions import FREE as _FREE, RECEIVED as _RECEIVED, aligned as _aligned, table as _table, \
+    table_bytes as _table_bytes
+from ._worker_segment import NO_SPACE as _NO_SPACE, TOO_BIG as _TOO_BIG, WorkerSegment, \
+    uses_shared_memory
 from .errors import exception_type_named, failure_report
 from .logger import get_logger
 
@@ -82,21 +81,16 @@ logger = get_logger(__name__)
 
 #: Default size of each worker's shared-memory segment (bytes).
 DEFAULT_SHM_BYTES = 96 << 20
-_SHM_POLL_SECONDS = (0.0002, 0.002)   # a full segment is re-checked this often (backing off)
-#: A segment full of datapoints the parent received is waited on this long for one to be freed.
-_HELD_WAIT_SECONDS = 0.2
 #: Internal channels carry trusted data of any size; the limit only guards against corruption.
 _INTERNAL_MAX_BYTES = 1 << 40
 
-# message kinds: a datapoint inside the message, a datapoint with array frames, an error
-_INLINE, _DATA, _ERROR = "in", "dp", "err"
-# why a large datapoint came through the pipe: the consumer holds the segment, the datapoint is
-# larger than the segment, /dev/shm has no room to grow the segment
-_HELD, _TOO_BIG, _NO_SPACE = "held", "big", "space"
-#: The segment's memory is reserved in steps of at least this (then a quarter of what it has: the
-#: memory budget of "auto" stages counts what the segments hold).
-_MIN_COMMIT_BYTES = 1 << 20
-_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)    # Linux >= 5.14
+# message kinds: a datapoint inside the message, a datapoint with array frames, an error, several
+# datapoints without array frames (each encoded on its own)
+_INLINE, _DATA, _ERROR, _MANY = "in", "dp", "err", "many"
+#: A worker sends the small datapoints it holds (:meth:`WorkerEnd.hold_datapoint`) once this many
+#: are held, or once their encodings take this many bytes.
+HOLD_MOST = 64
+HOLD_BYTES = 1 << 20
 
 
 class ChannelClosed(EOFError):
@@ -116,11 +110,6 @@ class ChannelClosed(EOFError):
 
     def __init__(self) -> None:
         super().__init__("the parent closed the channel")
-
-
-def _uses_shared_memory(lengths: List[int]) -> bool:
-    """Whether a datapoint with array frames of these sizes goes through shared memory."""
-    return sum(_aligned(n) for n in lengths) >= SHM_MIN_BYTES
 
 
 def open_channel(component: str, shm_bytes: int = DEFAULT_SHM_BYTES,
@@ -212,22 +201,17 @@ class WorkerEnd:
         self.items = 0
         self._conn = spec.result_writer
         self._commands = spec.command_reader
-        self._capacity = spec.shm_bytes
-        # The shared-memory segment: all three are set, or (no shared memory) all three are None.
-        self._mm: Optional[mmap.mmap] = None
-        self._regions: Optional[_Regions] = None
-        self._fd = spec._take_fd()
+        fd = spec._take_fd()
         # a worker that forks (a nested parallel flow, a map_func) keeps its channel to itself
-        fork_guard.keep_out_of_forks(self._conn.fileno(), self._commands.fileno(),
-                                     *([] if self._fd is None else [self._fd]))
-        self._committed = 0           # bytes at the start of the data area backed by memory
-        self._held_gave_up = False    # a wait for a received region to be freed ended without one
-        if self._fd is not None:
-            self._mm = mmap.mmap(self._fd, _table_bytes(self._capacity) + self._capacity, flags=mmap.MAP_SHARED)
-            self._regions = _Regions(_table(self._mm, self._capacity), self._capacity)
+        fork_guard.keep_out_of_forks(self._conn.fileno(), self._commands.fileno(), *([] if fd is None else [fd]))
+        self._segment = None if fd is None else WorkerSegment(fd, spec.shm_bytes, self._check_open)
         self._reader: Optional[_CommandReader] = None
-        self._copier = ParallelCopier(name="inputpipe-worker-copy")
-        self._prepared: Dict[int, Tuple[int, int]] = {}    # offset in the mapping -> (region id, base)
+        self._sending = threading.Condition()     # one message at a time (the held sender's too)
+        self._held: List[bytes] = []      # encoded datapoints held to be sent together
+        self._held_bytes = 0
+        self._held_since = 0.0
+        self._hold_within = 0.0
+        self._held_sender: Optional[_HeldSender] = None
 
     def count_work(self, seconds: float, items: int = 0, sending: bool = False) -> None:
         """Add to the work counts that the next message carries to the parent (for profilers:
@@ -240,94 +224,15 @@ class WorkerEnd:
     def _send_control(self, control: dict) -> None:
         self._conn.send_bytes(serialize.dumps(control))
 
-    def _allocate_waiting(self, size: int) -> Optional[Tuple[int, int]]:
-        """A region of ``size`` bytes as ``(region id, offset)``, or None: use the pipe.
-
-        When the segment is full, wait (polling, backing off) as long as part of it is still on
-        its way to the parent; the consumer then takes it and frees what it no longer holds.
-        When the parent has received everything, wait up to :data:`_HELD_WAIT_SECONDS` for a
-        region to be freed (what the parent received may still be queued on its way to the
-        consumer); after such a wait that ended without one, return None at once until a region
-        is free again (the consumer keeps what it got)."""
-        regions = self._regions
-        assert regions is not None          # only called on the shared-memory path
-        regions.wait_for_warm_region(size)
-        slot = regions.allocate(size)
-        pause = _SHM_POLL_SECONDS[0]
-        while slot is None and size <= regions.capacity and regions.awaiting_receipt():
-            slot = self._poll(regions, size, pause)
-            pause = min(2 * pause, _SHM_POLL_SECONDS[1])
-        if slot is None and size <= regions.capacity and not self._held_gave_up:
-            deadline = time.monotonic() + _HELD_WAIT_SECONDS
-            while slot is None and time.monotonic() < deadline:
-                slot = self._poll(regions, size, pause)
-                pause = min(2 * pause, _SHM_POLL_SECONDS[1])
-            self._held_gave_up = slot is None
-        elif slot is not None:
-            self._held_gave_up = False
-        return slot
-
-    def _poll(self, regions: "_Regions", size: int, pause: float) -> Optional[Tuple[int, int]]:
+    def _check_open(self) -> None:
+        """Raise :class:`ChannelClosed` once the parent has closed the command pipe."""
         if self._reader is not None and not self._reader.is_alive():
             raise ChannelClosed()
-        time.sleep(pause)
-        return regions.allocate(size)
-
-    def _commit(self, end: int) -> bool:
-        """Back the data area up to ``end`` with memory (reserved and pre-faulted), growing by a
-        quarter at least. False when the file system has no room: the segment then stays at what
-        it has, and what does not fit goes through the pipe."""
-        if end <= self._committed:
-            return True
-        assert self._fd is not None and self._regions is not None     # only called on the shared-memory path
-        table = _table_bytes(self._capacity)
-        step = max(end, self._committed + self._committed // 4, _MIN_COMMIT_BYTES)
-        wanted = min(self._capacity, shm_files.page_rounded(step))
-        for target in sorted({wanted, min(self._capacity, shm_files.page_rounded(end))}, reverse=True):
-            try:
-                os.posix_fallocate(self._fd, table + self._committed, target - self._committed)
-            except OSError as err:
-                if err.errno not in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
-                    raise
-                continue
-            self._prefault(table + self._committed, target - self._committed)
-            self._committed = target
-            return True
-        self._regions.limit(self._committed)
-        return False
 
     def shared_bytes(self) -> int:
         """Bytes of memory the segment holds: its region table and the data area backed so far
-        (it never gives memory back while the worker lives)."""
-        return _table_bytes(self._capacity) + self._committed if self._fd is not None else 0
-
-    def _prefault(self, offset: int, length: int) -> None:
-        """Map the pages of a newly reserved range now, so copies into it never stop on a page
-        fault (``MADV_POPULATE_WRITE``, else writing one byte per page; nothing lives there yet)."""
-        assert self._mm is not None         # only called on the shared-memory path
-        try:
-            if madvise(self._mm, _MADV_POPULATE_WRITE, offset, length):
-                return
-        except (OSError, ValueError):
-            pass
-        np.frombuffer(self._mm, np.uint8, length, offset)[::mmap.PAGESIZE] = 0
-
-    def _place(self, total: int) -> Tuple[Optional[Tuple[int, int]], Optional[str]]:
-        """``(slot, None)`` for a datapoint of ``total`` array bytes in shared memory, or
-        ``(None, why)`` when it goes through the pipe."""
-        regions = self._regions
-        assert regions is not None          # only called on the shared-memory path
-        if total > self._capacity:
-            return None, _TOO_BIG
-        if total > regions.capacity:
-            return None, _NO_SPACE
-        slot = self._allocate_waiting(total)
-        if slot is None:
-            return None, (_NO_SPACE if total > regions.capacity else _HELD)
-        if not self._commit(slot[1] + total):
-            regions.cancel(slot[0])
-            return None, _NO_SPACE
-        return slot, None
+        (it never gives memory back while the worker lives); 0 without shared memory."""
+        return 0 if self._segment is None else self._segment.shared_bytes()
 
     def shared_empty(self, shape: Sequence[int], dtype: Any) -> np.ndarray:
         """A new, uninitialised C-contiguous array in this worker's shared memory: when it (or a
@@ -343,66 +248,100 @@ class WorkerEnd:
             end.send_datapoint([batch, labels])   # the parent maps the same memory
         """
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        slot = None
-        if self._mm is not None and _uses_shared_memory([nbytes]):
-            slot, _ = self._place(_aligned(nbytes))
-        if slot is None:
-            return aligned_empty(shape, dtype)
-        assert self._mm is not None                     # a slot is only found in shared memory
-        rid, base = slot
-        pos = _table_bytes(self._capacity) + base
-        self._prepared[pos] = (rid, base)
-        return np.frombuffer(self._mm, dtype, nbytes // max(1, dtype.itemsize), pos).reshape(shape)
-
-    def _prepared_slot(self, payload: List[memoryview]) -> Optional[Tuple[int, int]]:
-        """The region of an array from :meth:`shared_empty` that is this datapoint's one frame."""
-        if len(payload) != 1 or not self._prepared or self._mm is None:
-            return None
-        start = np.frombuffer(payload[0], np.uint8).ctypes.data - np.frombuffer(self._mm, np.uint8, 1).ctypes.data
-        return self._prepared.pop(start, None)
-
-    def _release_prepared(self) -> None:
-        """Give back the regions of arrays from :meth:`shared_empty` that were not sent."""
-        if self._prepared:
-            assert self._regions is not None
-            for rid, _ in self._prepared.values():
-                self._regions.cancel(rid)
-            self._prepared.clear()
+        array = self._segment.empty(shape, dtype) if self._segment is not None else None
+        return aligned_empty(shape, dtype) if array is None else array
 
     def send_datapoint(self, obj: Any) -> int:
-        """Send one datapoint; returns the number of array bytes it carried in frames.
-        :class:`ChannelClosed` when the parent closed the channel."""
+        """Send one datapoint (after the ones held, see :meth:`hold_datapoint`); returns the
+        number of array bytes it carried in frames. :class:`ChannelClosed` when the parent
+        closed the channel."""
         try:
-            return self._send_datapoint(obj)
+            whole = _encoded({"k": _INLINE, "v": obj, "b": self.busy_seconds, "n": self.items,
+                              "s": self.send_seconds}, obj)
+            with self._sending:
+                self._send_held()
+                if len(whole) == 1:       # no array frames: the datapoint travels inside one message
+                    self._conn.send_bytes(whole[0])
+                    return 0
+                return self._send_frames(serialize.dumps_frames(obj))
         except (BrokenPipeError, ConnectionResetError) as err:
             raise ChannelClosed() from err
         finally:
-            self._release_prepared()
+            if self._segment is not None:
+                self._segment.release_prepared()
 
-    def _send_datapoint(self, obj: Any) -> int:
+    def hold_datapoint(self, obj: Any, within: float) -> None:
+        """Send ``obj`` together with other small datapoints, at most ``within`` seconds after the
+        oldest of them was given: one message (one write, one wake-up of the parent) for several.
+        Those held go when :data:`HOLD_MOST` are held or :data:`HOLD_BYTES` reached, by
+        :meth:`send_held`, before any datapoint sent otherwise, before this end waits for a command
+        (nothing is held while the worker is idle), and by a thread once the oldest has waited
+        ``within`` (whatever the worker does meanwhile, e.g. a task that never ends). A datapoint
+        with array frames is sent at once, after those held.
+
+        Example::
+
+            end.hold_datapoint(result, within=0.004)
+            if end.held_seconds() + expected_seconds_of_the_next > 0.004:
+                end.send_held()
+        """
         try:
-            whole = serialize.dumps_frames({"k": _INLINE, "v": obj, "b": self.busy_seconds, "n": self.items,
-                                            "s": self.send_seconds})
-        except TypeError:
-            serialize.dumps_frames(obj)     # raises the same error, located in the datapoint itself
-            raise
-        if len(whole) == 1:           # no array frames: the datapoint travels inside one message
-            self._conn.send_bytes(whole[0])
-            return 0
-        frames = serialize.dumps_frames(obj)
+            frames = _encoded(obj, obj)
+            with self._sending:
+                if len(frames) > 1:
+                    self._send_held()
+                    self._send_frames(frames)
+                    return
+                self._held.append(frames[0])
+                self._held_bytes += len(frames[0])
+                self._hold_within = within
+                if len(self._held) == 1:
+                    self._held_since = time.perf_counter()
+                    if self._held_sender is None:
+                        self._held_sender = _HeldSender(self)
+                        self._held_sender.start()
+                    self._sending.notify()
+                if len(self._held) >= HOLD_MOST or self._held_bytes >= HOLD_BYTES:
+                    self._send_held()
+        except (BrokenPipeError, ConnectionResetError) as err:
+            raise ChannelClosed() from err
+        finally:
+            if self._segment is not None:
+                self._segment.release_prepared()
+
+    def held_seconds(self) -> float:
+        """Seconds since the oldest datapoint held was given to :meth:`hold_datapoint` (0 when none is)."""
+        return time.perf_counter() - self._held_since if self._held else 0.0
+
+    def send_held(self) -> None:
+        """Send the datapoints held (:meth:`hold_datapoint`), if any, in one message."""
+        try:
+            with self._sending:
+                self._send_held()
+        except (BrokenPipeError, ConnectionResetError) as err:
+            raise ChannelClosed() from err
+
+    def _send_held(self) -> None:
+        if self._held:
+            held, self._held, self._held_bytes = self._held, [], 0
+            self._send_control({"k": _MANY, "v": held, "b": self.busy_seconds, "n": self.items,
+                                "s": self.send_seconds})
+
+    def _send_frames(self, frames: List[Any]) -> int:
+        """Send a datapoint encoded with array frames: the frames in shared memory, else through the pipe."""
         payload = [memoryview(f).cast("B") for f in frames[1:]]
         lengths = [p.nbytes for p in payload]
-        mm = self._mm
-        use_shm = mm is not None and _uses_shared_memory(lengths)
+        segment = self._segment
+        use_shm = segment is not None and uses_shared_memory(lengths)
         control = {"k": _DATA, "h": bytes(frames[0]), "len": lengths, "r": -1, "o": 0,
                    "b": self.busy_seconds, "n": self.items, "s": self.send_seconds, "c": self.shared_bytes()}
-        built_in_place = self._prepared_slot(payload) if use_shm else None
-        if built_in_place is not None:               # already where the parent reads it: no copy
-            control["r"], control["o"] = built_in_place
-            self._send_control(control)
-            return lengths[0]
-        slot, why = self._place(sum(_aligned(n) for n in lengths)) if use_shm else (None, None)
+        slot, why = None, None
+        if segment is not None and use_shm:
+            slot = segment.prepared_slot(payload)          # built where the parent reads it: no copy
+            if slot is None:
+                slot, why = segment.place(sum(_aligned(n) for n in lengths))
+                if slot is not None:
+                    segment.write(payload, slot)
         if slot is None:
             if why is not None:
                 control["why"] = why
@@ -410,13 +349,7 @@ class WorkerEnd:
             for part in payload:
                 self._conn.send_bytes(part)
         else:
-            assert mm is not None           # a slot is only found in shared memory
-            rid, base = slot
-            pos = _table_bytes(self._capacity) + base
-            for part in payload:
-                self._copier.copy(np.frombuffer(mm, np.uint8, part.nbytes, pos), np.frombuffer(part, np.uint8))
-                pos += _aligned(part.nbytes)
-            control["r"], control["o"] = rid, base
+            control["r"], control["o"] = slot
             self._send_control(control)
         return sum(lengths)
 
@@ -426,9 +359,11 @@ class WorkerEnd:
         report = failure_report(exc)
         kind = report.original_type
         try:
-            self._send_control({"k": _ERROR, "tb": report.traceback, "what": report.reason, "via": list(report.nested),
-                                "mod": str(getattr(kind, "__module__", "")) if kind else "",
-                                "qn": kind.__qualname__ if kind else ""})
+            with self._sending:
+                self._send_held()             # what was mapped before the failure arrives first
+                self._send_control({"k": _ERROR, "tb": report.traceback, "what": report.reason,
+                                    "via": list(report.nested), "mod": str(getattr(kind, "__module__", "")) if kind else "",
+                                    "qn": kind.__qualname__ if kind else ""})
         except OSError:
             pass
 
@@ -440,6 +375,8 @@ class WorkerEnd:
         if self._reader is None:
             self._reader = _CommandReader(self._commands)
             self._reader.start()
+        if self._held and self._reader.commands.empty():
+            self.send_held()                  # nothing is held while the worker waits (or stops)
         try:
             command = self._reader.commands.get(timeout=timeout) if timeout > 0 else \
                 self._reader.commands.get_nowait()
@@ -447,6 +384,7 @@ class WorkerEnd:
             return None
         if command is _EOF:
             self._reader.commands.put(_EOF)
+            self.send_held()                  # the parent still reads what the worker sends
             raise ChannelClosed()
         return command
 
@@ -474,6 +412,29 @@ class _CommandReader(StoppableThread):
             pass
         finally:
             self.commands.put(_EOF)
+
+
+class _HeldSender(StoppableThread):
+    """In a worker: send the datapoints held (:meth:`WorkerEnd.hold_datapoint`) once the oldest
+    has waited its ``within``, whatever the worker's loop is doing meanwhile. A daemon: it ends
+    with the worker, or once the parent has closed the channel and nothing is held."""
+
+    def __init__(self, end: WorkerEnd):
+        super().__init__(name="inputpipe-held-sender")
+        self._end = end
+
+    def run(self):
+        end = self._end
+        try:
+            with end._sending:
+                while not end._conn.closed and (end._held or end._reader is None or end._reader.is_alive()):
+                    left = end._held_since + end._hold_within - time.perf_counter() if end._held else POLL_INTERVAL
+                    if left > 0:
+                        end._sending.wait(min(left, POLL_INTERVAL))
+                    else:
+                        end._send_held()
+        except OSError:
+            pass                              # the channel is closed: the worker's loop stops too
 
 
 class ParentEnd:
@@ -512,11 +473,13 @@ class ParentEnd:
         when the worker's end is gone."""
         control = serialize._loads_wire(self.connection.recv_bytes(), max_bytes=_INTERNAL_MAX_BYTES, copy=True)
         kind = control.get("k") if isinstance(control, dict) else None
-        if kind in (_INLINE, _DATA):
+        if kind in (_INLINE, _DATA, _MANY):
             self.busy_seconds, self.items = control["b"], control["n"]
             self.send_seconds = control.get("s", 0.0)
         if kind == _INLINE:
             return "data", control["v"]
+        if kind == _MANY:
+            return "many", self._unpack_many(control.get("v"))
         if kind == _ERROR:
             return "error", (control["what"], control["tb"],
                              exception_type_named(control.get("mod"), control.get("qn")), control.get("via", []))
@@ -530,6 +493,12 @@ class ParentEnd:
             frames = [control["h"]] + [self.connection.recv_bytes() for _ in control["len"]]
             return "data", serialize.loads_frames(frames, max_bytes=_INTERNAL_MAX_BYTES, copy=True)
         return "data", self._load_shared(control)
+
+    def _unpack_many(self, held: Any) -> List[Any]:
+        if not isinstance(held, list) or not all(isinstance(item, bytes) for item in held):
+            raise serialize.WireFormatError("{}: expected a list of encoded datapoints from a worker, got {}".format(
+                self.component, type(held).__name__))
+        return [serialize._loads_wire(item, max_bytes=_INTERNAL_MAX_BYTES, copy=True) for item in held]
 
     def _note_fallback(self, lengths: List[int], why: str) -> None:
         self.pipe_fallbacks += 1
@@ -589,6 +558,17 @@ class ParentEnd:
         self.connection.close()
         self._states = None
         self._mm = None
+
+
+def _encoded(message: Any, obj: Any) -> List[Any]:
+    """``message`` (which carries the datapoint ``obj``) in frames; a ``TypeError`` names where
+    in ``obj`` the part the wire format refuses is."""
+    try:
+        return serialize.dumps_frames(message)
+    except TypeError:
+        if message is not obj:
+            serialize.dumps_frames(obj)       # raises the same error, located in the datapoint itself
+        raise
 
 
 def _release_region(states: np.ndarray, rid: int) -> None:

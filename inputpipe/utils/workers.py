@@ -21,11 +21,12 @@ Example::
     ...                               # pool.receive(0.05) -> (0, [40]) once it is there
     pool.close()
 """
+import collections
 import errno
 import selectors
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from . import fork_guard
 from .errors import WorkerError
@@ -85,6 +86,7 @@ class WorkerPool:
         self._retiring: Set[int] = set()         # ranks told to stop, whose results may still come
         self._procs: Optional[WorkerProcesses] = None
         self._next_rank = 0
+        self._received: Deque[Tuple[int, Any]] = collections.deque()   # the rest of a message of several
         self._selector: Optional[selectors.BaseSelector] = None
         self._notices: set = set()
         self._broken: Dict[int, float] = {}    # rank -> when its channel broke (it is ending)
@@ -267,6 +269,8 @@ class WorkerPool:
         pool is broken and raises the same error again on every call."""
         if self._failure is not None:
             raise self._failure
+        if self._received:
+            return self._received.popleft()
         messages, ended = self._ready(timeout)
         for rank in ended:
             # a worker that ended: deliver what it sent before, then report it (even while others
@@ -290,8 +294,18 @@ class WorkerPool:
                 reason, remote_traceback, original_type, nested = value
                 raise self._fail(self._worker_error(rank, remote_traceback, reason, original_type, nested))
             self._next_rank = rank + 1
+            if kind == "many":                  # several datapoints in one message: the first now
+                self._received.extend((rank, datapoint) for datapoint in value)
+                if not self._received:
+                    continue
+                return self._received.popleft()
             return rank, value
         return None
+
+    def take_received(self) -> Optional[Tuple[int, Any]]:
+        """``(rank, datapoint)`` already received (it came with others in one message), without
+        waiting; else None."""
+        return self._received.popleft() if self._received else None
 
     def _broke(self, rank: int) -> None:
         """Worker ``rank``'s channel broke: it has ended or is ending, and its exit reports it."""

@@ -156,6 +156,13 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
         """One answer ``(rank, [generation, ticket, result])``, or None after ``timeout`` seconds."""
         raise NotImplementedError
 
+    def _send_submitted(self) -> None:
+        """Send the tasks :meth:`_submit` kept (a subclass that sends a worker's tasks together)."""
+
+    def _receive_received(self) -> Optional[Tuple[int, List[Any]]]:
+        """An answer already received (with others in one message), without waiting; else None."""
+        return None
+
     def _describe_worker(self, rank: int) -> Tuple[str, Optional[int]]:
         """The worker's ``(name, pid or None)``, for error messages."""
         raise NotImplementedError
@@ -408,7 +415,14 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
         return self._next_key
 
     def _fill(self, restart_source: bool) -> None:
-        """Send source datapoints to workers while fewer than ``buffer_size`` are in flight."""
+        """Send source datapoints to workers while fewer than ``buffer_size`` are in flight
+        (each worker's together, once they are all chosen)."""
+        try:
+            self._fill_tasks(restart_source)
+        finally:
+            self._send_submitted()
+
+    def _fill_tasks(self, restart_source: bool) -> None:
         track = self.strict and self._resumability() is None
         position = self._position
         self._sync_workers()
@@ -489,13 +503,16 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
             self._check_hung()
             raise_if_stopping(self)
             return
-        rank, (generation, ticket, result) = got
-        self._answered(rank)
+        while got is not None:                     # (the answers that came in the same message too)
+            rank, (generation, ticket, result) = got
+            self._answered(rank)
+            if generation == self._generation:     # (else left over from an abandoned strict epoch)
+                self._generation_in_flight -= 1
+                self._place(ticket[0], result)
+            got = self._receive_received()
+            if got is not None:
+                self._tick()               # (the controller acts between answers that came together too)
         self._check_hung()                         # also while other workers keep answering
-        if generation != self._generation:
-            return                                 # left over from an abandoned strict epoch
-        self._generation_in_flight -= 1
-        self._place(ticket[0], result)
 
     def _place(self, key: int, result: Any) -> None:
         """The result of task ``key`` is in: ready to yield (ordered: once those before it are)."""
