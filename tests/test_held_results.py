@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from inputpipe.dataflow import DataFromList, MultiProcessMapData
+from inputpipe.dataflow import DataFlow, DataFromList, MultiProcessMapData, MultiProcessRunnerZMQ
 from inputpipe.utils import channel, serialize
 from inputpipe.utils.channel import ChannelClosed
 
@@ -73,6 +73,15 @@ def test_a_worker_sends_what_it_holds_before_it_waits_for_a_command(ends):
     worker.hold_datapoint([3], within=60)
     assert worker.receive_command(0.01) is None
     assert parent.connection.poll(0) and parent.receive() == ("many", [[3]])
+
+
+def test_a_worker_that_only_looks_for_commands_keeps_holding(ends):
+    parent, worker = ends
+    worker.hold_datapoint([3], within=60)
+    assert worker.receive_command(0) is None           # (it does not wait: it goes on making more)
+    assert not parent.connection.poll(0.05)
+    worker.send_held()
+    assert parent.receive() == ("many", [[3]])
 
 
 def test_a_worker_told_to_stop_sends_what_it_holds_first(ends):
@@ -148,3 +157,21 @@ def test_a_process_map_sends_each_worker_its_tasks_together():
     assert sorted(first_epoch) == list(range(200))           # each task sent once
     assert sorted(rank for rank, _ in sent[:2]) == [0, 1] and [len(keys) for _, keys in sent[:2]] == [6, 6]
     assert len(sent) < 2 * 200                               # far fewer commands than tasks
+
+
+class FiveThenStuck(DataFlow):
+    """Five small datapoints, then a read that does not return (a hung file system)."""
+
+    def __iter__(self):
+        import time
+        for i in range(5):
+            yield [i]
+        time.sleep(3600)
+
+
+def test_a_runner_whose_source_gets_stuck_still_delivers_what_it_made():
+    df = MultiProcessRunnerZMQ(FiveThenStuck(), 1)
+    df.reset_state()
+    with df:
+        itr = iter(df)
+        assert [next(itr) for _ in range(5)] == [[i] for i in range(5)]

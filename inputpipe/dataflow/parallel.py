@@ -66,6 +66,8 @@ def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[i
     ``["restore", generation, state]`` (drop the current pass, ``ds.set_state(state)``, go on).
     With ``track`` each message is ``[generation, datapoint, ds.get_state()]``, the state taken
     right after ``ds`` yielded that datapoint."""
+    from ..utils.channel import HOLD_SECONDS
+
     ds.reset_state()
     unacknowledged: Deque[int] = collections.deque()     # array bytes of each datapoint the parent has not taken
     state: Dict[str, Any] = {"acked": 0, "bytes": 0, "restore": None}
@@ -97,7 +99,8 @@ def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[i
         produced = 0
         started = time.perf_counter()
         for dp in ds:
-            end.count_work(time.perf_counter() - started, 1)      # making the datapoint is work
+            made_in = time.perf_counter() - started
+            end.count_work(made_in, 1)                           # making the datapoint is work
             produced += 1
             message = [generation, dp, ds.get_state()] if track else dp
             restore = False
@@ -117,7 +120,11 @@ def _run_copy(rank: int, end, ds: DataFlow, prefetch: int, max_bytes: Optional[i
             if restore:
                 break                                            # the parent drops this pass' rest
             sending = time.perf_counter()                        # waiting for room was not
-            nbytes = end.send_datapoint(message)
+            # small ones travel several to a message, as long as the oldest would not wait longer than
+            # HOLD_SECONDS for the next (made in about the time this one took)
+            nbytes = end.hold_datapoint(message)
+            if end.held_seconds() + made_in > HOLD_SECONDS:
+                end.send_held()
             started = time.perf_counter()
             end.count_work(started - sending, sending=True)
             unacknowledged.append(nbytes)

@@ -218,16 +218,14 @@ ThreadedMapData = MultiThreadMapData
 
 # ----------------------------------------------------------------------------------- processes
 
-#: A worker process sends its small results together (one message for several: see
-#: :meth:`~inputpipe.utils.channel.WorkerEnd.hold_datapoint`) as long as the oldest would wait no
-#: longer than this for the next one; it sends them at once when it has no task left.
-HOLD_RESULTS_SECONDS = 0.004
-
-
 def _serve_map(rank: int, end, map_func: Callable, batch_size: Optional[int]) -> None:
     """Worker process of :class:`MultiProcessMapData`: answer each task ``[generation, ticket,
     payload]`` of a command (a list of tasks) with ``[generation, ticket, result]``."""
-    task_seconds = 0.0                 # the latest task's time: the next one's expected time
+    from ..utils.channel import HOLD_SECONDS
+
+    # small results travel several to a message (WorkerEnd.hold_datapoint), as long as the oldest
+    # would not wait longer than HOLD_SECONDS for the next task's (whose time is taken to be the last's)
+    task_seconds = 0.0
     while True:
         command = end.receive_command(POLL_INTERVAL)   # (sends the results held before it waits)
         for generation, ticket, task in command or ():
@@ -236,8 +234,8 @@ def _serve_map(rank: int, end, map_func: Callable, batch_size: Optional[int]) ->
             sending = time.perf_counter()
             task_seconds = sending - started
             end.count_work(task_seconds, 1)
-            end.hold_datapoint([generation, ticket, result], HOLD_RESULTS_SECONDS)
-            if end.held_seconds() + task_seconds > HOLD_RESULTS_SECONDS:
+            end.hold_datapoint([generation, ticket, result])
+            if end.held_seconds() + task_seconds > HOLD_SECONDS:
                 end.send_held()
             end.count_work(time.perf_counter() - sending, sending=True)
 

@@ -88,9 +88,11 @@ _INTERNAL_MAX_BYTES = 1 << 40
 # datapoints without array frames (each encoded on its own)
 _INLINE, _DATA, _ERROR, _MANY = "in", "dp", "err", "many"
 #: A worker sends the small datapoints it holds (:meth:`WorkerEnd.hold_datapoint`) once this many
-#: are held, or once their encodings take this many bytes.
+#: are held, or once their encodings take this many bytes; and at the latest this many seconds
+#: after the oldest was given (unless told otherwise).
 HOLD_MOST = 64
 HOLD_BYTES = 1 << 20
+HOLD_SECONDS = 0.004
 
 
 class ChannelClosed(EOFError):
@@ -270,19 +272,20 @@ class WorkerEnd:
             if self._segment is not None:
                 self._segment.release_prepared()
 
-    def hold_datapoint(self, obj: Any, within: float) -> None:
+    def hold_datapoint(self, obj: Any, within: float = HOLD_SECONDS) -> int:
         """Send ``obj`` together with other small datapoints, at most ``within`` seconds after the
         oldest of them was given: one message (one write, one wake-up of the parent) for several.
         Those held go when :data:`HOLD_MOST` are held or :data:`HOLD_BYTES` reached, by
         :meth:`send_held`, before any datapoint sent otherwise, before this end waits for a command
         (nothing is held while the worker is idle), and by a thread once the oldest has waited
         ``within`` (whatever the worker does meanwhile, e.g. a task that never ends). A datapoint
-        with array frames is sent at once, after those held.
+        with array frames is sent at once, after those held. Returns the array bytes sent in
+        frames (0 when ``obj`` is held), as :meth:`send_datapoint` does.
 
         Example::
 
-            end.hold_datapoint(result, within=0.004)
-            if end.held_seconds() + expected_seconds_of_the_next > 0.004:
+            end.hold_datapoint(result)
+            if end.held_seconds() + expected_seconds_of_the_next > HOLD_SECONDS:
                 end.send_held()
         """
         try:
@@ -290,8 +293,7 @@ class WorkerEnd:
             with self._sending:
                 if len(frames) > 1:
                     self._send_held()
-                    self._send_frames(frames)
-                    return
+                    return self._send_frames(frames)
                 self._held.append(frames[0])
                 self._held_bytes += len(frames[0])
                 self._hold_within = within
@@ -303,6 +305,7 @@ class WorkerEnd:
                     self._sending.notify()
                 if len(self._held) >= HOLD_MOST or self._held_bytes >= HOLD_BYTES:
                     self._send_held()
+                return 0
         except (BrokenPipeError, ConnectionResetError) as err:
             raise ChannelClosed() from err
         finally:
@@ -375,8 +378,8 @@ class WorkerEnd:
         if self._reader is None:
             self._reader = _CommandReader(self._commands)
             self._reader.start()
-        if self._held and self._reader.commands.empty():
-            self.send_held()                  # nothing is held while the worker waits (or stops)
+        if self._held and timeout > 0 and self._reader.commands.empty():
+            self.send_held()                  # nothing is held while the worker waits
         try:
             command = self._reader.commands.get(timeout=timeout) if timeout > 0 else \
                 self._reader.commands.get_nowait()
