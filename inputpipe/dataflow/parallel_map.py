@@ -250,7 +250,10 @@ class MultiProcessMapData(WorkerPoolOwner, _ParallelMapBase):
 
     Datapoints and results cross the process boundary in :mod:`inputpipe.utils.serialize`'s
     wire format (no pickle): numbers, strings, bytes, numpy arrays, lists, tuples and dicts.
-    Large result arrays arrive through shared memory without a copy.
+    Large result arrays arrive through shared memory without a copy. A worker's tasks go to it
+    several to a message, and its small results come back several to a message, each held at
+    most a few milliseconds (``HOLD_SECONDS`` of :mod:`inputpipe.utils.channel`, 4 ms), never
+    while the worker waits for work.
 
     Args:
         ds: the source DataFlow.

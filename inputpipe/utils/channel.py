@@ -8,6 +8,12 @@ once, by the worker, into a shared-memory segment owned by that worker's channel
 (frames of 4 MiB or more by two threads, see :mod:`inputpipe.utils.copying`); the parent builds
 its numpy arrays directly on that memory (zero copy).
 
+Small datapoints can travel several to a message (:meth:`WorkerEnd.hold_datapoint`): a worker
+that makes them faster than a pipe write and the parent's wake-up cost holds them a few
+milliseconds and sends them together, each encoded on its own inside one message; the parent's
+:meth:`ParentEnd.receive` returns them as ``("many", [dp, ...])``. Nothing is held while the worker
+waits for a command, and a thread sends what waited too long while the worker is busy.
+
 Each large datapoint occupies one region of the segment, and a small table at the start of the
 segment holds each region's state: *sent* (written by the worker, message on its way), *received*
 (the parent has read the message; the consumer holds the arrays) or *free* (the last of those

@@ -49,7 +49,10 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
     Subclasses provide ``_start()`` (starting ``num_workers`` workers, ranks ``0..n-1``),
     ``_submit(rank, task)`` with ``task = [generation, ticket, payload]``, ``_receive(timeout)``
     returning ``(rank, [generation, ticket, result])`` or None, ``_describe_worker(rank)``
-    returning the worker's ``(name, pid or None)`` for error messages, and ``close()``.
+    returning the worker's ``(name, pid or None)`` for error messages, and ``close()``. A
+    subclass may keep the tasks ``_submit`` gets and send them in ``_send_submitted()`` (each
+    fill calls it at its end: a worker's tasks of one fill travel together), and hand out the
+    answers that came together in one message from ``_receive_received()``.
     ``ticket = [key, base_seed, epoch, index]``: ``key`` is the task's number in its epoch
     (strict) or overall, the rest seeds the payload's first datapoint (:func:`_apply`). To change
     size they provide ``_add_worker()`` (start one, return its new rank, or None when it cannot)
