@@ -99,7 +99,7 @@ def sleep_5ms(dp):
 def test_an_auto_buffer_holds_50ms_of_each_workers_measured_work(ordered):
     # short tasks: a worker would wait for the consumer's thread between them with only 2 in
     # flight; the buffer holds ceil(50 ms / measured time per task) per worker (pinned count)
-    from inputpipe.dataflow._parallel import map_scheduler as scheduler
+    from inputpipe.dataflow._parallel import map_buffer as scheduler
 
     df = MultiThreadMapData(Forever(), 2, sleep_5ms, buffer_size="auto", ordered=ordered)
     base = 4 if ordered else 2
@@ -116,7 +116,7 @@ def test_an_auto_buffer_holds_50ms_of_each_workers_measured_work(ordered):
 
 
 def test_an_auto_buffer_stops_at_32_per_worker_and_long_tasks_keep_the_base(monkeypatch):
-    from inputpipe.dataflow._parallel import map_scheduler as scheduler
+    from inputpipe.dataflow._parallel import map_buffer as scheduler
 
     monkeypatch.setattr(scheduler, "AUTO_BUFFER_SECONDS", 10.0)      # any task is "short"
     quick = MultiThreadMapData(Forever(), 2, identity, buffer_size="auto")

@@ -14,7 +14,6 @@ Example::
         ...
 """
 import collections
-import math
 import time
 from typing import Any, Deque, Dict, Iterator, List, Optional, Set, Tuple
 
@@ -25,25 +24,16 @@ from ...utils.errors import WorkerError
 from ...utils.seeding import new_rng
 from .._core.helpers import close_iterators
 from .inline_map import InlineMapper
+from .map_buffer import MapBuffer
 from .map_position import MapPosition
 from .map_resume import ResumableMap
 from .map_task import _DEFAULT_BUFFER_SIZE, _apply, _old_style_arguments, nbytes  # noqa: F401 (imported from here)
 from .resizable import ResizableStage
-from ..autoscale import AUTO, buffer_setting
 from ..base import (EMPTY_PASSES_ALLOWED, DataFlow, DataFlowReentrantGuard, NotResumableError, ProxyDataFlow,
                    empty_passes_mean_stuck, empty_passes_text, raise_if_stopping)
 
-#: ``buffer_size="auto"``: seconds of a worker's measured work held in flight for it, the most
-#: tasks in flight per worker, and how often (s) the time per task is measured again.
-AUTO_BUFFER_SECONDS = 0.05
-AUTO_BUFFER_MAX_PER_WORKER = 32
-AUTO_BUFFER_REFIT = 0.5
-#: The memory a worker's shared-memory segment takes per byte of its results in flight, at most
-#: (it grows by a quarter at a time: :mod:`inputpipe.utils.channel`).
-SEGMENT_GROWTH = 1.25
 
-
-class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
+class _ParallelMapBase(MapBuffer, ResumableMap, ResizableStage, ProxyDataFlow):
     """The scheduler shared by the thread, process and Ray maps.
 
     Subclasses provide ``_start()`` (starting ``num_workers`` workers, ranks ``0..n-1``),
@@ -78,14 +68,7 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
         self.ordered = bool(ordered)
         #: Workers that take tasks now (the controller changes it for ``"auto"``).
         self.num_workers = self._init_workers(name, count_name, num_workers)
-        self._auto_buffer = buffer_setting(name, buffer_size) == AUTO
-        self._measured_task_seconds: Optional[float] = None    # buffer_size="auto": a worker's time per task
-        self._buffer_counters = (0.0, 0)          # ... its (busy seconds, items) at the last fit
-        self._buffer_refit_at = 0.0
-        self._result_bytes: Optional[int] = None    # of a result sampled for the memory budget
-        self._memory_room: Optional[int] = None     # bytes the stage may hold (the memory budget)
-        self._workers_bytes = 0                     # the workers' own memory at the last reading
-        self.buffer_size = self._buffer_for(self.num_workers) if self._auto_buffer else buffer_size
+        self._init_buffer(name, buffer_size)
         if map_timeout is not None and not map_timeout > 0:
             raise ValueError("{}: map_timeout must be a positive number of seconds or None, got {!r}".format(
                 name, map_timeout))
@@ -99,7 +82,6 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
         self._in_flight: Dict[int, int] = {}     # rank -> tasks sent to it, not yet answered
         self._in_flight_total = 0
         self._added_at: Optional[float] = None   # when the latest worker was added (it warms up)
-        self._sample_result = True                  # (the first result, then one per decision)
         self._generation = 0                     # of the current strict iteration; older replies are dropped
         self._generation_in_flight = 0           # tasks of the current generation not yet answered
         self._source: Optional[Iterator[Any]] = None
@@ -209,40 +191,6 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
         self._workers_changed()
 
     # ------------------------------------------------------------------------------ changing size
-
-    def _buffer_for(self, workers: int) -> int:
-        """``buffer_size="auto"``: tasks in flight for ``workers`` workers: per worker, enough
-        to hold :data:`AUTO_BUFFER_SECONDS` of its measured work (a worker whose tasks are short
-        would otherwise wait for the consumer's thread between them), at least 4 when ordered
-        (a slow task holds back the ones after it) and 2 otherwise, at most
-        :data:`AUTO_BUFFER_MAX_PER_WORKER`; under a memory budget, no more results than fit
-        beside the workers' own memory (one per worker at least)."""
-        per_worker = 4 if self.ordered else 2
-        task_seconds = self._measured_task_seconds
-        if task_seconds is not None and task_seconds > 0:
-            per_worker = max(per_worker, min(AUTO_BUFFER_MAX_PER_WORKER,
-                                             int(math.ceil(AUTO_BUFFER_SECONDS / task_seconds))))
-        tasks = per_worker * workers
-        if self._memory_room is not None and self._result_bytes:
-            fits = (self._memory_room - self._workers_bytes) / (SEGMENT_GROWTH * self._result_bytes)
-            tasks = max(workers, min(tasks, int(fits)))
-        return tasks
-
-    def _limit_memory(self, room: Optional[int]) -> None:
-        self._memory_room = room
-        if self._auto_buffer:
-            self.buffer_size = self._buffer_for(self.num_workers)
-
-    def _fit_auto_buffer(self, now: float) -> None:
-        """``buffer_size="auto"``: measure the workers' time per task since the last fit (every
-        :data:`AUTO_BUFFER_REFIT` s, while the consumer waits) and size the buffer."""
-        self._buffer_refit_at = now + AUTO_BUFFER_REFIT
-        busy, items = self._scaling_counters()
-        last_busy, last_items = self._buffer_counters
-        self._buffer_counters = (busy, items)
-        if items - last_items >= 2 * max(1, self.num_workers):
-            self._measured_task_seconds = max(0.0, busy - last_busy) / (items - last_items)
-            self.buffer_size = self._buffer_for(self.num_workers)
 
     def _workers_changed(self) -> None:
         if self._started:
@@ -373,27 +321,6 @@ class _ParallelMapBase(ResumableMap, ResizableStage, ProxyDataFlow):
         if self._inline is None or not self._inline.items:
             return cpu, queued
         return (cpu or 0.0) + self._inline.cpu_seconds, queued
-
-    def _workers_memory(self, precise: bool) -> Tuple[int, int]:
-        """``(bytes the workers hold, bytes one more would)``, without their shared memory; 0
-        for workers in this process."""
-        return 0, 0
-
-    def _shared_memory(self) -> int:
-        """Bytes the workers' shared-memory segments hold (results in flight live there)."""
-        return 0
-
-    def _memory_measured(self) -> bool:
-        return self._result_bytes is not None
-
-    def _scaling_memory(self, precise: bool = False) -> Tuple[int, int]:
-        self._sample_result = True                 # the next result's size, for the next decision
-        workers, per_worker = self._workers_memory(precise)
-        self._workers_bytes = workers
-        task_bytes = self._result_bytes or 0
-        # a worker's segment grows to hold its results in flight (by a quarter at a time)
-        per_worker += int(SEGMENT_GROWTH * self._buffer_for(1) * task_bytes) if self._auto_buffer else 0
-        return workers + max(self._shared_memory(), self.buffer_size * task_bytes), per_worker
 
     # ------------------------------------------------------------------------------ resuming
 
