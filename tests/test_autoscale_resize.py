@@ -36,10 +36,21 @@ class RandomCounts:
         self.least = least
         self.p = p
         self.decisions = 0
+        #: Optionally, ``() -> datapoints the consumer's thread has mapped``: a 0 drawn then lasts
+        #: until it maps one (before, the workers it parked may still be answering what they hold).
+        self.mapped_inline = None
+        self._zero_at = None
 
     def __call__(self, measurement):
         self.decisions += 1
-        return self.rng.randint(self.least, self.most) if self.rng.random() < self.p else None
+        if self._zero_at is not None:
+            if self.mapped_inline() == self._zero_at:
+                return None
+            self._zero_at = None
+        count = self.rng.randint(self.least, self.most) if self.rng.random() < self.p else None
+        if count == 0 and self.mapped_inline is not None:
+            self._zero_at = self.mapped_inline()
+        return count
 
 
 def resized(seed, most=4, p=0.3, least=1):
@@ -163,7 +174,9 @@ def test_simulated_resizes_keep_continuous_streams_whole(ordered):
 @pytest.mark.parametrize("cls", [MultiThreadMapData, MultiProcessMapData])
 @pytest.mark.parametrize("ordered", [True, False])
 def test_strict_maps_resized_at_random_moments_yield_each_datapoint_once(cls, ordered, least):
-    df = cls(Indexed(300), resized(1, least=least), numbered_array, strict=True, ordered=ordered, buffer_size="auto")
+    scaling = resized(1, least=least)
+    df = cls(Indexed(300), scaling, numbered_array, strict=True, ordered=ordered, buffer_size="auto")
+    scaling.policy.mapped_inline = lambda: df._inline.items      # (its 0s last until it maps)
     df.reset_state()
     with df:
         for _ in range(2):

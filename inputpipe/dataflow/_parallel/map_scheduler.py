@@ -439,9 +439,14 @@ class _ParallelMapBase(MapBuffer, ResumableMap, ResizableStage, ProxyDataFlow):
             if generation == self._generation:     # (else left over from an abandoned strict epoch)
                 self._generation_in_flight -= 1
                 self._place(ticket[0], result)
+            # the controller acts between answers that came together as between messages; after
+            # a change of the workers the rest wait for the next call, so that tasks are sent
+            # (or mapped in this thread) the new way first
+            workers = (self._mapping_inline, len(self._active))
+            self._tick()
+            if (self._mapping_inline, len(self._active)) != workers:
+                break
             got = self._receive_received()
-            if got is not None:
-                self._tick()               # (the controller acts between answers that came together too)
         self._check_hung()                         # also while other workers keep answering
 
     def _place(self, key: int, result: Any) -> None:
