@@ -433,20 +433,23 @@ class _ParallelMapBase(MapBuffer, ResumableMap, ResizableStage, ProxyDataFlow):
             self._check_hung()
             raise_if_stopping(self)
             return
+        changed = False
         while got is not None:                     # (the answers that came in the same message too)
             rank, (generation, ticket, result) = got
             self._answered(rank)
             if generation == self._generation:     # (else left over from an abandoned strict epoch)
                 self._generation_in_flight -= 1
                 self._place(ticket[0], result)
-            # the controller acts between answers that came together as between messages; after
-            # a change of the workers the rest wait for the next call, so that tasks are sent
-            # (or mapped in this thread) the new way first
-            workers = (self._mapping_inline, len(self._active))
-            self._tick()
-            if (self._mapping_inline, len(self._active)) != workers:
+            if changed:
                 break
             got = self._receive_received()
+            if got is not None:
+                # the controller acts between answers that came together as between messages; after
+                # a change of the workers the rest wait for the next call, so that tasks are sent
+                # (or mapped in this thread) the new way first
+                workers = (self._mapping_inline, len(self._active))
+                self._tick()
+                changed = (self._mapping_inline, len(self._active)) != workers
         self._check_hung()                         # also while other workers keep answering
 
     def _place(self, key: int, result: Any) -> None:
